@@ -1,0 +1,154 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// SignatureHeader carries "sha256=<hex>": HMAC-SHA256 of the request body under the webhook secret.
+const SignatureHeader = "X-Mcpfleet-Signature"
+
+// EventIDHeader carries the alert's stable event_id, for de-duplication by the receiver.
+const EventIDHeader = "X-Mcpfleet-Event-Id"
+
+// alertsActor delivers unhealthy alerts (TASK-OBS-007) from the outbox to the webhook, at least once:
+// a row is marked delivered only after a 2xx answer, and a failed attempt is retried with exponential
+// backoff (1 s doubling to 5 min). It sweeps on every alertQueued nudge and on its own tick, so alerts
+// written before a crash are delivered after the restart.
+type alertsActor struct {
+	store    alertStore
+	client   *http.Client
+	url      string
+	secret   []byte
+	log      *slog.Logger
+	sweeping bool
+	again    bool
+	warned   bool
+}
+
+type alertStore interface {
+	TenantIDs(ctx context.Context) ([]uuid.UUID, error)
+	PendingAlerts(ctx context.Context, tenantID uuid.UUID, now time.Time, limit int) ([]persistence.Alert, error)
+	MarkAlertDelivered(ctx context.Context, tenantID, eventID uuid.UUID, attempts int, at time.Time) error
+	MarkAlertFailed(ctx context.Context, tenantID, eventID uuid.UUID, attempts int, next time.Time, reason string) error
+}
+
+type alertTick struct{}
+
+type sweepDone struct{}
+
+func newAlertsProps(store alertStore, client *http.Client, url, secret string, log *slog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &alertsActor{store: store, client: client, url: url, secret: []byte(secret), log: log}
+	}, actor.WithMailbox(unboundedMailbox()))
+}
+
+func (a *alertsActor) Receive(ctx actor.Context) {
+	handleChaos(ctx)
+	switch msg := ctx.Message().(type) {
+	case *alertQueued, *alertTick:
+		if a.url == "" {
+			if _, queued := msg.(*alertQueued); queued && !a.warned {
+				a.log.Warn("an unhealthy alert is waiting in the outbox but MCPFLEET_ALERT_WEBHOOK_URL is not set; it will be delivered once it is")
+				a.warned = true
+			}
+			return
+		}
+		if a.sweeping {
+			a.again = true
+			return
+		}
+		a.startSweep(ctx)
+	case *sweepDone:
+		a.sweeping = false
+		if a.again {
+			a.again = false
+			a.startSweep(ctx)
+		}
+	}
+}
+
+func (a *alertsActor) startSweep(ctx actor.Context) {
+	a.sweeping = true
+	system, self := ctx.ActorSystem(), ctx.Self()
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := a.sweep(c); err != nil {
+			a.log.Warn("alert sweep failed; will retry", "err", err)
+		}
+		system.Root.Send(self, &sweepDone{})
+	}()
+}
+
+// sweep runs outside the actor and touches only immutable fields.
+func (a *alertsActor) sweep(ctx context.Context) error {
+	tenants, err := a.store.TenantIDs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tenants {
+		alerts, err := a.store.PendingAlerts(ctx, t, time.Now(), 100)
+		if err != nil {
+			return err
+		}
+		for _, al := range alerts {
+			attempts := al.Attempts + 1
+			if derr := a.deliver(ctx, al); derr != nil {
+				backoff := min(time.Duration(1<<min(attempts-1, 9))*time.Second, 5*time.Minute)
+				a.log.Warn("alert delivery failed", "event_id", al.EventID, "attempt", attempts, "retry_in", backoff.String(), "err", derr)
+				if err := a.store.MarkAlertFailed(ctx, t, al.EventID, attempts, time.Now().Add(backoff), derr.Error()); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := a.store.MarkAlertDelivered(ctx, t, al.EventID, attempts, time.Now()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (a *alertsActor) deliver(ctx context.Context, al persistence.Alert) error {
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(c, http.MethodPost, a.url, bytes.NewReader(al.Payload))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "mcpfleet-alerts/1")
+	req.Header.Set(EventIDHeader, al.EventID.String())
+	req.Header.Set(SignatureHeader, Sign(a.secret, al.Payload))
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("post: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("webhook answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Sign returns the signature header value for body: "sha256=" and the hex HMAC-SHA256 under secret.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}

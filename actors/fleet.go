@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+)
+
+// fleetActor supervises one server actor per registered server, spawned by server_id (PID id
+// "fleet/<server_id>"). It routes registrations (so two registrations of one module are serialised and
+// can never create two servers), fans out monitor ticks, and respawns a server actor that was stopped
+// by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
+type fleetActor struct {
+	deps     *serverDeps
+	records  map[uuid.UUID]*serverRecord
+	children map[uuid.UUID]*actor.PID
+	byModule map[moduleKey]uuid.UUID
+	removing map[uuid.UUID]bool
+	onEvent  func(event string)
+}
+
+// fleetChunk bounds how many servers one fan-out message touches, so heartbeats interleave with a tick.
+const fleetChunk = 2000
+
+// loadMsg hands the fleet servers read from PostgreSQL at start.
+type loadMsg struct{ records []*serverRecord }
+
+type loaded struct{}
+
+type respawnMsg struct{ id uuid.UUID }
+
+func newFleetProps(deps *serverDeps, onEvent func(string)) *actor.Props {
+	strategy := actor.NewOneForOneStrategy(10, 10*time.Second, func(reason any) actor.Directive {
+		deps.log.Error("server actor failed; restarting it", "reason", reason)
+		if onEvent != nil {
+			onEvent("server_actor_restart")
+		}
+		return actor.RestartDirective
+	})
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &fleetActor{
+			deps: deps, records: map[uuid.UUID]*serverRecord{}, children: map[uuid.UUID]*actor.PID{},
+			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, onEvent: onEvent,
+		}
+	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()))
+}
+
+func (f *fleetActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *loadMsg:
+		for _, rec := range msg.records {
+			f.records[rec.id] = rec
+			f.byModule[rec.key] = rec.id
+			f.spawn(ctx, rec)
+		}
+		ctx.Respond(&loaded{})
+	case *registerMsg:
+		key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
+		id, ok := f.byModule[key]
+		if !ok {
+			id = uuid.New()
+			rec := &serverRecord{id: id, tenantID: key.tenantID, key: key}
+			f.records[id] = rec
+			f.byModule[key] = id
+			f.spawn(ctx, rec)
+		}
+		pid := f.children[id]
+		if pid == nil {
+			ctx.Respond(&registerReply{err: ErrUnavailable})
+			return
+		}
+		ctx.Forward(pid)
+	case *lookupMsg:
+		rec, ok := f.records[msg.serverID]
+		ctx.Respond(&lookupReply{known: ok && rec.tenantID == msg.tenantID})
+	case *monitorTick:
+		ids := make([]uuid.UUID, 0, len(f.children))
+		for id := range f.children {
+			ids = append(ids, id)
+		}
+		if msg.round != nil {
+			msg.round.wg.Add(len(ids))
+		}
+		ctx.Send(ctx.Self(), &tickChunk{ids: ids, round: msg.round})
+	case *tickChunk:
+		n := min(len(msg.ids), fleetChunk)
+		for _, id := range msg.ids[:n] {
+			if pid := f.children[id]; pid != nil {
+				ctx.Send(pid, &evaluateMsg{round: msg.round})
+			} else {
+				msg.round.done()
+			}
+		}
+		if n < len(msg.ids) {
+			ctx.Send(ctx.Self(), &tickChunk{ids: msg.ids[n:], round: msg.round})
+		}
+	case *removeServer:
+		rec, ok := f.records[msg.serverID]
+		if !ok || rec.registered {
+			return
+		}
+		delete(f.records, msg.serverID)
+		if f.byModule[msg.key] == msg.serverID {
+			delete(f.byModule, msg.key)
+		}
+		if pid := f.children[msg.serverID]; pid != nil {
+			f.removing[msg.serverID] = true
+			delete(f.children, msg.serverID)
+			ctx.Poison(pid)
+		}
+	case *actor.Terminated:
+		id, err := uuid.Parse(strings.TrimPrefix(msg.Who.Id, ctx.Self().Id+"/"))
+		if err != nil {
+			return
+		}
+		if f.removing[id] {
+			delete(f.removing, id)
+			return
+		}
+		if cur := f.children[id]; cur != nil && cur.Equal(msg.Who) {
+			delete(f.children, id)
+		}
+		if rec, ok := f.records[id]; ok && f.children[id] == nil {
+			f.deps.log.Warn("server actor stopped; respawning it", "server_id", id)
+			if f.onEvent != nil {
+				f.onEvent("server_actor_respawn")
+			}
+			f.spawn(ctx, rec)
+		}
+	case *respawnMsg:
+		if rec, ok := f.records[msg.id]; ok && f.children[msg.id] == nil {
+			f.spawn(ctx, rec)
+		}
+	}
+}
+
+func (f *fleetActor) spawn(ctx actor.Context, rec *serverRecord) {
+	pid, err := ctx.SpawnNamed(newServerProps(rec, f.deps), rec.id.String())
+	if err != nil {
+		// The old process may not be unregistered yet: try again shortly.
+		f.deps.log.Warn("spawn server actor failed; retrying", "server_id", rec.id, "err", err)
+		self, system := ctx.Self(), ctx.ActorSystem()
+		time.AfterFunc(50*time.Millisecond, func() { system.Root.Send(self, &respawnMsg{id: rec.id}) })
+		return
+	}
+	f.children[rec.id] = pid
+}

@@ -1,0 +1,165 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// Errors the Fleet's methods return. The HTTP layer maps each to one status code.
+var (
+	// ErrNotFound: no such server in the caller's tenant (another tenant's server is indistinguishable).
+	ErrNotFound = errors.New("server not registered")
+	// ErrDeregistered: the server deregistered; it must register again.
+	ErrDeregistered = errors.New("server deregistered")
+	// ErrUnavailable: the work could not be made durable in time (database down, writer restarting,
+	// back-pressure); nothing was acknowledged, and the caller should retry later.
+	ErrUnavailable = errors.New("temporarily unavailable")
+)
+
+// RegisterRequest is a module's (re-)registration.
+type RegisterRequest struct {
+	TenantID     uuid.UUID
+	ModuleName   string
+	Version      string
+	Protocols    []string
+	Capabilities json.RawMessage
+	Tools        []persistence.Tool
+	Trace        telemetry.Carrier
+}
+
+// RegisterResult is the committed registration.
+type RegisterResult struct {
+	Server  persistence.Server
+	Created bool
+}
+
+// HeartbeatResult answers an accepted heartbeat.
+type HeartbeatResult struct {
+	ServerID        uuid.UUID
+	Status          health.Status
+	LastHeartbeatAt time.Time
+}
+
+// --- messages between actors (all pointers; all carry the trace context of their cause) ---
+
+type registerMsg struct {
+	req RegisterRequest
+}
+
+type registerReply struct {
+	res RegisterResult
+	err error
+}
+
+type heartbeatMsg struct {
+	tenantID uuid.UUID
+	trace    telemetry.Carrier
+}
+
+type heartbeatReply struct {
+	res HeartbeatResult
+	err error
+}
+
+type deregisterMsg struct {
+	tenantID uuid.UUID
+	trace    telemetry.Carrier
+}
+
+type deregisterReply struct {
+	server persistence.Server
+	err    error
+}
+
+// lookupMsg asks the fleet whether it knows a server (the slow path after a dead letter).
+type lookupMsg struct {
+	tenantID uuid.UUID
+	serverID uuid.UUID
+}
+
+type lookupReply struct{ known bool }
+
+// monitorRound lets RunMonitor wait until every server has evaluated one tick and persisted what it
+// decided. Done is called exactly once per Add.
+type monitorRound struct{ wg sync.WaitGroup }
+
+func (r *monitorRound) done() {
+	if r != nil {
+		r.wg.Done()
+	}
+}
+
+type monitorTick struct {
+	round *monitorRound
+}
+
+// tickChunk continues a tick's fan-out, so a large fleet does not hold the fleet actor's mailbox.
+type tickChunk struct {
+	ids   []uuid.UUID
+	now   time.Time
+	round *monitorRound
+}
+
+type evaluateMsg struct {
+	now   time.Time
+	round *monitorRound
+}
+
+// removeServer tells the fleet a brand-new server's first registration failed: forget it.
+type removeServer struct {
+	serverID uuid.UUID
+	key      moduleKey
+}
+
+// writeRequest asks the writer to commit cmds; the writer answers *writeResult after COMMIT (or failure).
+type writeRequest struct {
+	cmds     []persistence.Command
+	deadline time.Time
+	trace    telemetry.Carrier
+}
+
+type writeResult struct {
+	errs []error
+}
+
+func (r *writeResult) err() error {
+	for _, e := range r.errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+type stampMsg struct {
+	stamp persistence.Stamp
+}
+
+type cascadeMsg struct {
+	tenantID  uuid.UUID
+	serverID  uuid.UUID
+	available bool
+	trace     telemetry.Carrier
+}
+
+type cascadeReply struct{ err error }
+
+type alertQueued struct{}
+
+// drainMsg asks a persistence actor to finish everything it holds and answer *drained.
+type drainMsg struct{}
+
+type drained struct{}
+
+type moduleKey struct {
+	tenantID   uuid.UUID
+	moduleName string
+}

@@ -1,0 +1,363 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// serverRecord is one server's state. The fleet creates it and hands it to every incarnation of the
+// server's actor (through the producer), so a restarted or respawned actor resumes with its status and
+// its last evidence — its deadline — intact. Only the server actor reads or writes it after creation.
+type serverRecord struct {
+	id       uuid.UUID
+	tenantID uuid.UUID
+	key      moduleKey
+
+	registered   bool               // false until the first registration has committed
+	row          persistence.Server // the committed view of the row, for answers
+	lastEvidence time.Time          // on the service clock (monotonic in production)
+
+	registrationTrace  telemetry.Carrier
+	lastHeartbeatTrace telemetry.Carrier
+
+	// pending is a monitor transition that was decided but not yet committed; a later decision of the
+	// same change reuses its event id, so a commit whose answer was lost is never written twice.
+	pending *persistence.TransitionCmd
+}
+
+// serverDeps is what every server actor needs.
+type serverDeps struct {
+	clock        health.Clock
+	thresholds   health.Thresholds
+	writeTimeout time.Duration
+	log          *slog.Logger
+	tracer       trace.Tracer
+	writer       *actor.PID
+	stamper      *actor.PID
+	skills       *actor.PID
+	alerts       *actor.PID
+}
+
+// serverActor owns one server's health state machine. Durable work (registration, transitions,
+// deregistration) is done one operation at a time, in order, through the writer; anything that needs
+// a decision while an operation is in flight waits in a stash and runs, in arrival order, once the
+// server is idle — so decisions are always made on committed state and never doubled.
+type stashed struct {
+	fn      func(actor.Context)
+	abandon func(actor.Context) // answers the waiting caller if the work will never run
+}
+
+type serverActor struct {
+	rec   *serverRecord
+	deps  *serverDeps
+	busy  bool
+	stash []stashed
+	dead  bool // set when this incarnation is being replaced; its continuations only finish their own work
+}
+
+func newServerProps(rec *serverRecord, deps *serverDeps) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &serverActor{rec: rec, deps: deps}
+	}, actor.WithMailbox(unboundedMailbox()))
+}
+
+func (a *serverActor) Receive(ctx actor.Context) {
+	handleChaos(ctx)
+	switch msg := ctx.Message().(type) {
+	case *registerMsg:
+		a.register(ctx, msg)
+	case *heartbeatMsg:
+		sender := ctx.Sender()
+		now := a.deps.clock.Now()
+		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
+			return
+		}
+		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now) },
+			func(ctx actor.Context) { ctx.Send(sender, &heartbeatReply{err: ErrUnavailable}) })
+	case *deregisterMsg:
+		sender := ctx.Sender()
+		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+			ctx.Send(sender, &deregisterReply{err: ErrNotFound})
+			return
+		}
+		a.run(ctx, func(ctx actor.Context) { a.deregister(ctx, msg, sender) },
+			func(ctx actor.Context) { ctx.Send(sender, &deregisterReply{err: ErrUnavailable}) })
+	case *evaluateMsg:
+		a.run(ctx, func(ctx actor.Context) { a.evaluate(ctx, msg.round) },
+			func(actor.Context) { msg.round.done() })
+	case *actor.Restarting, *actor.Stopping:
+		a.dead = true
+		for _, st := range a.stash {
+			st.abandon(ctx)
+		}
+		a.stash = nil
+	}
+}
+
+// run calls fn now if the server is idle, or stashes it until it is.
+func (a *serverActor) run(ctx actor.Context, fn, abandon func(actor.Context)) {
+	if a.busy {
+		a.stash = append(a.stash, stashed{fn: fn, abandon: abandon})
+		return
+	}
+	fn(ctx)
+}
+
+// idle runs stashed work until something makes the server busy again.
+func (a *serverActor) idle(ctx actor.Context) {
+	a.busy = false
+	for !a.busy && len(a.stash) > 0 && !a.dead {
+		st := a.stash[0]
+		a.stash = a.stash[1:]
+		st.fn(ctx)
+	}
+}
+
+// persist sends one command to the writer and, after COMMIT (or failure), calls done in the actor.
+// If cascade is not nil, a committed command is followed by the skill cascade before done is called.
+func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascade *bool, trc telemetry.Carrier, done func(ctx actor.Context, err error)) {
+	a.busy = true
+	deadline := time.Now().Add(a.deps.writeTimeout)
+	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: deadline, trace: trc}, a.deps.writeTimeout+2*time.Second)
+	ctx.ReenterAfter(fut, func(res any, err error) {
+		if err == nil {
+			if wr, ok := res.(*writeResult); ok {
+				err = wr.err()
+			} else {
+				err = fmt.Errorf("writer answered %T", res)
+			}
+		}
+		if err != nil || cascade == nil {
+			done(ctx, err)
+			a.idle(ctx)
+			return
+		}
+		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, available: *cascade, trace: trc}, a.deps.writeTimeout+2*time.Second)
+		ctx.ReenterAfter(cfut, func(res any, cerr error) {
+			if cerr == nil {
+				if cr, ok := res.(*cascadeReply); ok {
+					cerr = cr.err
+				}
+			}
+			if cerr != nil {
+				// The transition is committed; the skills actor's reconciliation repairs the cascade.
+				a.deps.log.Warn("skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
+			}
+			done(ctx, nil)
+			a.idle(ctx)
+		})
+	})
+}
+
+func (a *serverActor) register(ctx actor.Context, msg *registerMsg) {
+	sender := ctx.Sender()
+	a.run(ctx, func(ctx actor.Context) { a.doRegister(ctx, msg, sender) },
+		func(ctx actor.Context) { ctx.Send(sender, &registerReply{err: ErrUnavailable}) })
+}
+
+func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *actor.PID) {
+	{
+		now := a.deps.clock.Now()
+		_, span := a.deps.tracer.Start(msg.req.Trace.Context(), "server.register", trace.WithAttributes(a.attrs()...))
+		traceID := telemetry.Carrier{SpanContext: span.SpanContext()}.TraceID()
+		cmd := &persistence.RegisterCmd{
+			EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
+			Version: msg.req.Version, Protocols: msg.req.Protocols, Capabilities: msg.req.Capabilities,
+			Tools: msg.req.Tools, TraceID: traceID, At: now.UTC(),
+		}
+		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
+		a.persist(ctx, cmd, nil, carrier, func(ctx actor.Context, err error) {
+			defer span.End()
+			if err != nil {
+				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
+				if !a.rec.registered {
+					ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
+				}
+				return
+			}
+			if cmd.Server.ServerID != a.rec.id {
+				// The row exists under another id (registered before this fleet knew it): let the fleet
+				// re-point the module and answer again.
+				ctx.Send(sender, &registerReply{err: fmt.Errorf("%w: module registered under another id", ErrUnavailable)})
+				ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
+				return
+			}
+			a.rec.registered = true
+			a.rec.row = cmd.Server
+			a.rec.lastEvidence = now
+			a.rec.pending = nil
+			a.rec.registrationTrace = carrier
+			a.rec.lastHeartbeatTrace = carrier
+			ctx.Send(sender, &registerReply{res: RegisterResult{Server: cmd.Server, Created: cmd.Created}})
+		})
+	}
+}
+
+func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time) {
+	rec := a.rec
+	if rec.row.Status == health.Deregistered {
+		ctx.Send(sender, &heartbeatReply{err: ErrDeregistered})
+		return
+	}
+	if now.After(rec.lastEvidence) {
+		rec.lastEvidence = now
+	}
+	rec.lastHeartbeatTrace = msg.trace
+	wall := now.UTC()
+	if rec.row.Status == health.Healthy {
+		if wall.After(rec.row.LastHeartbeatAt) {
+			rec.row.LastHeartbeatAt = wall
+		}
+		ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall}})
+		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
+		return
+	}
+	// Recovery on heartbeat (DEC-2353): durable before it is acknowledged.
+	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Healthy)...))
+	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
+	cmd.Evidence = &wall
+	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, func(ctx actor.Context, err error) {
+		defer span.End()
+		if err != nil {
+			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
+			return
+		}
+		a.applyTransition(cmd)
+		rec.row.LastHeartbeatAt = wall
+		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
+	})
+}
+
+func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *actor.PID) {
+	rec := a.rec
+	if rec.row.Status == health.Deregistered {
+		ctx.Send(sender, &deregisterReply{server: rec.row}) // idempotent
+		return
+	}
+	now := a.deps.clock.Now()
+	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Deregistered)...))
+	cmd := a.transitionCmd(health.Deregistered, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
+	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, func(ctx actor.Context, err error) {
+		defer span.End()
+		if err != nil {
+			ctx.Send(sender, &deregisterReply{err: mapWriteErr(err)})
+			return
+		}
+		a.applyTransition(cmd)
+		ctx.Send(sender, &deregisterReply{server: rec.row})
+	})
+}
+
+// evaluate is the monitor's check of this server: lag of the last evidence against 2H and 3H.
+func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
+	rec := a.rec
+	if !rec.registered {
+		round.done()
+		return
+	}
+	now := a.deps.clock.Now()
+	lag := now.Sub(rec.lastEvidence)
+	to, changed := a.deps.thresholds.MonitorVerdict(rec.row.Status, lag)
+	if !changed {
+		round.done()
+		return
+	}
+	// A monitor-driven transition has no request behind it: it starts its own trace, linked to the
+	// server's last heartbeat and its registration.
+	var links []trace.Link
+	for _, c := range []telemetry.Carrier{rec.lastHeartbeatTrace, rec.registrationTrace} {
+		if c.SpanContext.IsValid() {
+			links = append(links, trace.Link{SpanContext: c.SpanContext})
+		}
+	}
+	_, span := a.deps.tracer.Start(context.Background(), "server.transition", trace.WithNewRoot(), trace.WithLinks(links...),
+		trace.WithAttributes(a.transitionAttrs(rec.row.Status, to)...), trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", lag.Milliseconds())))
+	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
+	cmd := a.transitionCmd(to, carrier, now)
+	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To {
+		cmd = p // same decision as one whose commit answer was lost: same event id, idempotent
+	}
+	rec.pending = cmd
+	a.persist(ctx, cmd, cascadeFor(cmd), carrier, func(ctx actor.Context, err error) {
+		defer span.End()
+		defer round.done()
+		if err != nil {
+			a.deps.log.Warn("transition not persisted; the next monitor tick retries it",
+				"server_id", rec.id, "from", cmd.From, "to", cmd.To, "err", err)
+			return
+		}
+		a.applyTransition(cmd)
+		if cmd.To == health.Unhealthy {
+			ctx.Send(a.deps.alerts, &alertQueued{})
+		}
+	})
+}
+
+func (a *serverActor) transitionCmd(to health.Status, trc telemetry.Carrier, now time.Time) *persistence.TransitionCmd {
+	rec := a.rec
+	return &persistence.TransitionCmd{
+		EventID: uuid.New(), TenantID: rec.tenantID, ServerID: rec.id, ModuleName: rec.row.ModuleName,
+		Version: rec.row.Version, From: rec.row.Status, To: to, TraceID: trc.TraceID(), At: now.UTC(),
+		LastEvidence: a.evidenceWall(now),
+	}
+}
+
+// evidenceWall converts the last evidence (a service-clock reading) to wall time for the alert.
+func (a *serverActor) evidenceWall(now time.Time) time.Time {
+	return now.UTC().Add(-now.Sub(a.rec.lastEvidence))
+}
+
+func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
+	rec := a.rec
+	rec.row.Status = cmd.To
+	if cmd.To == health.Deregistered {
+		at := cmd.At
+		rec.row.DeregisteredAt = &at
+	}
+	if rec.pending == cmd {
+		rec.pending = nil
+	}
+}
+
+// cascadeFor returns the skill availability a committed transition must cascade, or nil.
+func cascadeFor(cmd *persistence.TransitionCmd) *bool {
+	if cmd.From.Available() == cmd.To.Available() {
+		return nil
+	}
+	v := cmd.To.Available()
+	return &v
+}
+
+func (a *serverActor) attrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("mcpfleet.tenant_id", a.rec.tenantID.String()),
+		attribute.String("mcpfleet.server_id", a.rec.id.String()),
+		attribute.String("mcpfleet.module_name", a.rec.key.moduleName),
+	}
+}
+
+func (a *serverActor) transitionAttrs(from, to health.Status) []attribute.KeyValue {
+	return append(a.attrs(), attribute.String("mcpfleet.status.from", string(from)), attribute.String("mcpfleet.status.to", string(to)))
+}
+
+// mapWriteErr turns a writer failure into what the caller is told: transient failures are
+// ErrUnavailable (503, retry), anything else is returned wrapped.
+func mapWriteErr(err error) error {
+	if errors.Is(err, ErrUnavailable) || persistence.IsTransient(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}

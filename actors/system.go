@@ -1,0 +1,382 @@
+// Package actors is mcpfleet's actor system (protoactor-go): a fleet supervisor with one server actor
+// per registered server, a skill registry actor, two persistence actors (the durable-command writer and
+// the heartbeat stamper) and an alert dispatcher.
+//
+// The Fleet type is the only way in: HTTP handlers call its methods, which talk to the actors with
+// futures bounded by a timeout; a timeout or a dead letter is ErrUnavailable, never a hang.
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// Config configures the actor system. Zero durations take the documented defaults.
+type Config struct {
+	HeartbeatInterval  time.Duration // H; default 10 s
+	MonitorInterval    time.Duration // monitor period; default 5 s; negative: no automatic ticks (tests call RunMonitor)
+	StampFlushInterval time.Duration // heartbeat stamp window; default 500 ms (bounded: ≤ 1 s)
+	StampBatchMax      int           // flush early at this many servers; default 5000
+	WriteTimeout       time.Duration // how long a durable command may take to commit; default 5 s
+	AskTimeout         time.Duration // how long a caller waits for an actor; default WriteTimeout + 2 s
+	WriterMaxBatch     int           // commands per group commit; default 256
+	WriterMaxPending   int           // queued durable requests before back-pressure; default 10000
+	ReconcileInterval  time.Duration // skill reconciliation period; default 1 min
+	AlertInterval      time.Duration // outbox sweep period; default 5 s
+	AlertWebhookURL    string
+	AlertWebhookSecret string
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatInterval, 10*time.Second)
+	def(&c.MonitorInterval, 5*time.Second)
+	def(&c.StampFlushInterval, 500*time.Millisecond)
+	def(&c.WriteTimeout, 5*time.Second)
+	def(&c.AskTimeout, c.WriteTimeout+2*time.Second)
+	def(&c.ReconcileInterval, time.Minute)
+	def(&c.AlertInterval, 5*time.Second)
+	if c.StampBatchMax <= 0 {
+		c.StampBatchMax = 5000
+	}
+	if c.WriterMaxBatch <= 0 {
+		c.WriterMaxBatch = 256
+	}
+	if c.WriterMaxPending <= 0 {
+		c.WriterMaxPending = 10000
+	}
+}
+
+// Store is the persistence the actors need.
+type Store interface {
+	committer
+	stampStore
+	reconcileStore
+	alertStore
+	LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error
+}
+
+var _ Store = (*persistence.Store)(nil)
+
+// Deps are the collaborators of the actor system.
+type Deps struct {
+	Clock      health.Clock // default health.RealClock
+	Log        *slog.Logger // default slog.Default()
+	Tracer     trace.Tracer // default a no-op tracer
+	HTTPClient *http.Client // for alert webhooks; default a client with a 10 s timeout
+	OnEvent    func(string) // optional observer of supervision events (restarts, respawns)
+}
+
+// Fleet is the running actor system.
+type Fleet struct {
+	cfg     Config
+	clock   health.Clock
+	log     *slog.Logger
+	system  *actor.ActorSystem
+	fleet   *actor.PID
+	writer  *actor.PID
+	stamper *actor.PID
+	skills  *actor.PID
+	alerts  *actor.PID
+	timers  []scheduler.CancelFunc
+	readyAt time.Time
+	servers int
+}
+
+type epochCounter struct{ atomic.Uint64 }
+
+func (e *epochCounter) next() uint64 { return e.Add(1) }
+
+// unboundedMailbox is the mailbox of every actor here: unbounded (a full bounded mailbox blocks the
+// sender) and lock-free, which is also the smallest per idle actor (protoactor.md).
+func unboundedMailbox() actor.MailboxProducer { return actor.UnboundedLockfree() }
+
+// guardian spawns the top-level actors with an explicit strategy: restart on panic, always.
+type guardian struct{}
+
+type spawnChild struct {
+	name  string
+	props *actor.Props
+}
+
+func (guardian) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*spawnChild); ok {
+		pid, err := ctx.SpawnNamed(m.props, m.name)
+		if err != nil {
+			ctx.Respond(err)
+			return
+		}
+		ctx.Respond(pid)
+	}
+}
+
+// Start builds the actor system, rebuilds the fleet from PostgreSQL, repairs the skill cascade and
+// starts the timers. When it returns the fleet is ready: every persisted server has its actor, and its
+// deadline runs from now (restart grace: nobody is declared unhealthy until 3H after this moment
+// unless evidence says otherwise; a server persisted as unhealthy stays unhealthy until evidence).
+func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, error) {
+	cfg.defaults()
+	if deps.Clock == nil {
+		deps.Clock = health.RealClock{}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if deps.HTTPClient == nil {
+		deps.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	log := deps.Log
+	system := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
+		actor.WithDeadLetterRequestLogging(false),
+	)
+	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system}
+	gstrategy := actor.NewOneForOneStrategy(1000, time.Second, func(reason any) actor.Directive {
+		log.Error("system actor failed; restarting it", "reason", reason)
+		if deps.OnEvent != nil {
+			deps.OnEvent("system_actor_restart")
+		}
+		return actor.RestartDirective
+	})
+	g, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return guardian{} },
+		actor.WithSupervisor(gstrategy)), "system")
+	if err != nil {
+		return nil, fmt.Errorf("start actors: %w", err)
+	}
+	spawn := func(name string, props *actor.Props) (*actor.PID, error) {
+		res, err := system.Root.RequestFuture(g, &spawnChild{name: name, props: props}, 5*time.Second).Result()
+		if err != nil {
+			return nil, fmt.Errorf("spawn %s: %w", name, err)
+		}
+		if e, ok := res.(error); ok {
+			return nil, fmt.Errorf("spawn %s: %w", name, e)
+		}
+		return res.(*actor.PID), nil
+	}
+	epochs := &epochCounter{}
+	if f.writer, err = spawn("writer", newWriterProps(store, log, writerConfig{
+		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
+		commitTimeout: cfg.WriteTimeout,
+	}, epochs)); err != nil {
+		return nil, err
+	}
+	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs)); err != nil {
+		return nil, err
+	}
+	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout)); err != nil {
+		return nil, err
+	}
+	if f.alerts, err = spawn("alerts", newAlertsProps(store, deps.HTTPClient, cfg.AlertWebhookURL, cfg.AlertWebhookSecret, log)); err != nil {
+		return nil, err
+	}
+	sdeps := &serverDeps{
+		clock: deps.Clock, thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, writeTimeout: cfg.WriteTimeout,
+		log: log, tracer: deps.Tracer, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
+	}
+	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, deps.OnEvent)); err != nil {
+		return nil, err
+	}
+
+	if err := f.load(ctx, store); err != nil {
+		system.Shutdown()
+		return nil, err
+	}
+	if n, err := ReconcileSkills(ctx, store); err != nil {
+		system.Shutdown()
+		return nil, fmt.Errorf("start actors: %w", err)
+	} else if n > 0 {
+		log.Warn("skill cascade repaired at start", "skills", n)
+	}
+
+	sched := scheduler.NewTimerScheduler(system.Root)
+	if cfg.MonitorInterval > 0 {
+		f.timers = append(f.timers, sched.SendRepeatedly(cfg.MonitorInterval, cfg.MonitorInterval, f.fleet, &monitorTick{}))
+	}
+	f.timers = append(f.timers,
+		sched.SendRepeatedly(cfg.StampFlushInterval, cfg.StampFlushInterval, f.stamper, &stampTick{}),
+		sched.SendRepeatedly(cfg.ReconcileInterval, cfg.ReconcileInterval, f.skills, &reconcileTick{}),
+		sched.SendRepeatedly(cfg.AlertInterval, cfg.AlertInterval, f.alerts, &alertTick{}),
+	)
+	system.Root.Send(f.alerts, &alertTick{}) // deliver what a previous run left in the outbox
+	return f, nil
+}
+
+// load rebuilds the fleet from PostgreSQL, tenant by tenant.
+func (f *Fleet) load(ctx context.Context, store Store) error {
+	tenants, err := store.TenantIDs(ctx)
+	if err != nil {
+		return fmt.Errorf("load fleet: %w", err)
+	}
+	var all []*serverRecord
+	for _, t := range tenants {
+		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
+			all = append(all, &serverRecord{
+				id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
+				registered: true, row: s,
+				registrationTrace: carrierFromTraceID(s.TraceID),
+			})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("load fleet: %w", err)
+		}
+	}
+	f.readyAt = f.clock.Now()
+	for _, r := range all {
+		r.lastEvidence = f.readyAt
+	}
+	for i := 0; i < len(all); i += 10000 {
+		chunk := all[i:min(i+10000, len(all))]
+		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk}, time.Minute).Result(); err != nil {
+			return fmt.Errorf("load fleet: %w", err)
+		}
+	}
+	f.servers = len(all)
+	f.log.Info("fleet loaded", "servers", len(all), "tenants", len(tenants))
+	return nil
+}
+
+// carrierFromTraceID rebuilds a link target from a stored trace id (its span id is unknown: the
+// link names the trace).
+func carrierFromTraceID(hexID string) telemetry.Carrier {
+	tid, err := trace.TraceIDFromHex(hexID)
+	if err != nil {
+		return telemetry.Carrier{}
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, Remote: true})
+	return telemetry.Carrier{SpanContext: sc}
+}
+
+// ReadyAt is when the fleet finished loading: the start of restart grace.
+func (f *Fleet) ReadyAt() time.Time { return f.readyAt }
+
+// Register registers or re-registers a module. It returns after the registration committed.
+func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
+	res, err := f.ask(ctx, f.fleet, &registerMsg{req: req})
+	if err != nil {
+		return RegisterResult{}, err
+	}
+	r := res.(*registerReply)
+	return r.res, r.err
+}
+
+// Heartbeat accepts a heartbeat for serverID from tenantID. A server that was not healthy is recovered,
+// durably, before it returns.
+func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (HeartbeatResult, error) {
+	res, err := f.askServer(ctx, tenantID, serverID, &heartbeatMsg{tenantID: tenantID, trace: trc})
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	r := res.(*heartbeatReply)
+	return r.res, r.err
+}
+
+// Deregister marks serverID deregistered and its skills unavailable, durably, before it returns.
+func (f *Fleet) Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error) {
+	res, err := f.askServer(ctx, tenantID, serverID, &deregisterMsg{tenantID: tenantID, trace: trc})
+	if err != nil {
+		return persistence.Server{}, err
+	}
+	r := res.(*deregisterReply)
+	return r.server, r.err
+}
+
+func (f *Fleet) serverPID(serverID uuid.UUID) *actor.PID {
+	return actor.NewPID(f.system.Address(), f.fleet.Id+"/"+serverID.String())
+}
+
+// askServer sends msg straight to the server's actor. A dead letter means no such actor: the fleet is
+// asked whether it knows the server (then it is being respawned: ErrUnavailable) or not (ErrNotFound).
+func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg any) (any, error) {
+	res, err := f.ask(ctx, f.serverPID(serverID), msg)
+	if !errors.Is(err, actor.ErrDeadLetter) {
+		return res, err
+	}
+	lres, lerr := f.ask(ctx, f.fleet, &lookupMsg{tenantID: tenantID, serverID: serverID})
+	if lerr != nil {
+		return nil, lerr
+	}
+	if lres.(*lookupReply).known {
+		return nil, fmt.Errorf("%w: server actor restarting", ErrUnavailable)
+	}
+	return nil, ErrNotFound
+}
+
+func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	timeout := f.cfg.AskTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: deadline passed", ErrUnavailable)
+	}
+	res, err := f.system.Root.RequestFuture(pid, msg, timeout).Result()
+	switch {
+	case errors.Is(err, actor.ErrDeadLetter):
+		return nil, err
+	case errors.Is(err, actor.ErrTimeout):
+		return nil, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return res, nil
+}
+
+// RunMonitor runs one monitor pass now and returns when every server has evaluated it and committed
+// what it decided (transition, audit, outbox, skill cascade). Tests drive the fake clock with it.
+func (f *Fleet) RunMonitor(ctx context.Context) error {
+	round := &monitorRound{}
+	round.wg.Add(1) // held until the fleet has added one count per server
+	f.system.Root.Send(f.fleet, &monitorTick{round: round})
+	done := make(chan struct{})
+	go func() { round.wg.Wait(); close(done) }()
+	// The fleet adds its counts while handling the tick; a ping behind it in the mailbox proves it has.
+	if _, err := f.ask(ctx, f.fleet, &lookupMsg{}); err != nil {
+		return err
+	}
+	round.wg.Done()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("run monitor: %w", ctx.Err())
+	}
+}
+
+// Stop stops the timers, drains the writer and the stamper (the actor system's Shutdown does not), and
+// shuts the actor system down. Work acknowledged before Stop is committed when it returns nil.
+func (f *Fleet) Stop(ctx context.Context) error {
+	for _, cancel := range f.timers {
+		cancel()
+	}
+	var errs []error
+	for _, pid := range []*actor.PID{f.writer, f.stamper} {
+		if _, err := f.ask(ctx, pid, &drainMsg{}); err != nil {
+			errs = append(errs, fmt.Errorf("drain %s: %w", pid.Id, err))
+		}
+	}
+	f.system.Shutdown()
+	return errors.Join(errs...)
+}

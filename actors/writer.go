@@ -1,0 +1,174 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// writer is the durable-command persistence actor. It group-commits: while one transaction is in
+// flight, requests queue; when it finishes, everything queued (up to maxBatch commands) goes into the
+// next transaction. Each request is answered with *writeResult only after its COMMIT, or with its
+// errors. Transient failures are retried until the request's deadline. The queue is bounded: past
+// maxPending requests a new one is refused at once (back-pressure), never dropped silently.
+//
+// A restarted or stopped writer answers every request it still holds with ErrUnavailable, so no caller
+// waits on work that will not happen; a commit already in flight finishes and answers for itself.
+type writer struct {
+	store    committer
+	log      *slog.Logger
+	cfg      writerConfig
+	epoch    uint64
+	pending  []queuedWrite
+	flushing bool
+	drainers []*actor.PID
+}
+
+type committer interface {
+	Commit(ctx context.Context, cmds []persistence.Command) []error
+}
+
+type writerConfig struct {
+	maxBatch      int           // commands per transaction
+	maxPending    int           // queued requests before back-pressure
+	retryBackoff  time.Duration // first retry delay for transient failures
+	commitTimeout time.Duration
+}
+
+type queuedWrite struct {
+	req    *writeRequest
+	sender *actor.PID
+}
+
+type flushDone struct{ epoch uint64 }
+
+func newWriterProps(store committer, log *slog.Logger, cfg writerConfig, epochs *epochCounter) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &writer{store: store, log: log, cfg: cfg, epoch: epochs.next()}
+	}, actor.WithMailbox(unboundedMailbox()))
+}
+
+func (w *writer) Receive(ctx actor.Context) {
+	handleChaos(ctx)
+	switch msg := ctx.Message().(type) {
+	case *writeRequest:
+		if len(w.pending) >= w.cfg.maxPending {
+			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), fmt.Errorf("%w: write queue full", ErrUnavailable))})
+			return
+		}
+		w.pending = append(w.pending, queuedWrite{req: msg, sender: ctx.Sender()})
+		w.maybeFlush(ctx)
+	case *flushDone:
+		if msg.epoch != w.epoch {
+			return // a flush started by a previous incarnation
+		}
+		w.flushing = false
+		w.maybeFlush(ctx)
+		w.answerDrainers(ctx)
+	case *drainMsg:
+		w.drainers = append(w.drainers, ctx.Sender())
+		w.answerDrainers(ctx)
+	case *actor.Restarting:
+		w.failPending(ctx, "writer restarting")
+	case *actor.Stopping:
+		w.failPending(ctx, "writer stopping")
+	}
+}
+
+func (w *writer) answerDrainers(ctx actor.Context) {
+	if w.flushing || len(w.pending) > 0 {
+		return
+	}
+	for _, d := range w.drainers {
+		ctx.Send(d, &drained{})
+	}
+	w.drainers = nil
+}
+
+func (w *writer) failPending(ctx actor.Context, why string) {
+	for _, q := range w.pending {
+		ctx.Send(q.sender, &writeResult{errs: repeatErr(len(q.req.cmds), fmt.Errorf("%w: %s", ErrUnavailable, why))})
+	}
+	w.pending = nil
+}
+
+func (w *writer) maybeFlush(ctx actor.Context) {
+	if w.flushing || len(w.pending) == 0 {
+		return
+	}
+	n, cmds := 0, 0
+	for n < len(w.pending) && (n == 0 || cmds+len(w.pending[n].req.cmds) <= w.cfg.maxBatch) {
+		cmds += len(w.pending[n].req.cmds)
+		n++
+	}
+	batch := make([]queuedWrite, n)
+	copy(batch, w.pending[:n])
+	w.pending = append(w.pending[:0], w.pending[n:]...)
+	w.flushing = true
+	system, self, epoch := ctx.ActorSystem(), ctx.Self(), w.epoch
+	go func() {
+		w.commitBatch(system, batch)
+		system.Root.Send(self, &flushDone{epoch: epoch})
+	}()
+}
+
+// commitBatch runs outside the actor: it touches only its arguments and the store, and answers each
+// request through the actor system.
+func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
+	backoff := w.cfg.retryBackoff
+	for len(batch) > 0 {
+		var cmds []persistence.Command
+		for _, q := range batch {
+			cmds = append(cmds, q.req.cmds...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.commitTimeout)
+		errs := w.store.Commit(ctx, cmds)
+		cancel()
+		now := time.Now()
+		var retry []queuedWrite
+		i := 0
+		for _, q := range batch {
+			qerrs := errs[i : i+len(q.req.cmds)]
+			i += len(q.req.cmds)
+			transient := false
+			for _, e := range qerrs {
+				if e != nil && persistence.IsTransient(e) {
+					transient = true
+				}
+			}
+			if transient && now.Add(backoff).Before(q.req.deadline) {
+				retry = append(retry, q)
+				continue
+			}
+			system.Root.Send(q.sender, &writeResult{errs: qerrs})
+		}
+		if len(retry) > 0 {
+			w.log.Warn("writer: commit failed, retrying", "requests", len(retry), "backoff", backoff.String(), "err", firstErr(errs))
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+		}
+		batch = retry
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func repeatErr(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}

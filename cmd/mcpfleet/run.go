@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/migrations"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/service"
+)
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `usage: mcpfleet <command> [flags]
+
+commands:
+  serve                                    run the service (MCPFLEET_DATABASE_URL, MCPFLEET_HTTP_ADDR, ...)
+  migrate                                  apply the schema over MCPFLEET_ADMIN_DATABASE_URL
+  tenant create --name NAME                create a tenant; prints {"tenant_id": ...}
+  apikey create --tenant ID --role ROLE    create an API key (role: module, operator, admin);
+                                           prints {"key_id", "api_key", "role"}
+  demo                                     find or start PostgreSQL, migrate, create a demo tenant and keys,
+                                           serve, and run demo MCP servers that register and heartbeat
+
+Run "mcpfleet <command> -h" for a command's flags.`
+
+// run is the whole command: it parses args, reads the environment only through getenv, and writes
+// results to stdout and diagnostics to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{usage}
+	}
+	cfg, err := service.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "serve":
+		return cmdServe(ctx, cfg, args[1:], stderr)
+	case "migrate":
+		return cmdMigrate(ctx, cfg, args[1:], stdout, stderr)
+	case "tenant":
+		return cmdTenant(ctx, cfg, args[1:], stdout, stderr)
+	case "apikey":
+		return cmdAPIKey(ctx, cfg, args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, cfg, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q\n\n%s", args[0], usage)}
+}
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return usageError{"help requested"}
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	}
+	return nil
+}
+
+// serveFlags binds the service's flags, defaulting to the environment's values.
+func serveFlags(fs *flag.FlagSet, cfg *service.Config) {
+	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "runtime database URL, as the app role (MCPFLEET_DATABASE_URL)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (MCPFLEET_HTTP_ADDR)")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval H (MCPFLEET_HEARTBEAT_INTERVAL)")
+	fs.DurationVar(&cfg.MonitorInterval, "monitor-interval", cfg.MonitorInterval, "monitor period (MCPFLEET_MONITOR_INTERVAL)")
+	fs.StringVar(&cfg.AlertWebhookURL, "alert-webhook-url", cfg.AlertWebhookURL, "unhealthy alert webhook (MCPFLEET_ALERT_WEBHOOK_URL)")
+}
+
+func cmdServe(ctx context.Context, cfg service.Config, args []string, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	serveFlags(fs, &cfg)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return service.Run(ctx, cfg, service.Options{LogOutput: stderr})
+}
+
+func adminURL(fs *flag.FlagSet, cfg *service.Config) {
+	fs.StringVar(&cfg.AdminDatabaseURL, "admin-database-url", cfg.AdminDatabaseURL, "owner database URL (MCPFLEET_ADMIN_DATABASE_URL)")
+}
+
+func requireAdminURL(cfg service.Config) error {
+	if cfg.AdminDatabaseURL == "" {
+		return errors.New("MCPFLEET_ADMIN_DATABASE_URL is not set: give the owner connection (e.g. postgres://postgres@127.0.0.1:5432/mcpfleet)")
+	}
+	return nil
+}
+
+func cmdMigrate(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate", stderr)
+	adminURL(fs, &cfg)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := requireAdminURL(cfg); err != nil {
+		return err
+	}
+	n, err := migrations.Up(ctx, cfg.AdminDatabaseURL)
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, map[string]any{"applied": n})
+}
+
+func cmdTenant(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return usageError{"usage: mcpfleet tenant create --name NAME"}
+	}
+	fs := newFlags("tenant create", stderr)
+	adminURL(fs, &cfg)
+	name := fs.String("name", "", "tenant name (1 to 200 characters)")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*name) == "" {
+		return usageError{"tenant create: --name is required"}
+	}
+	if err := requireAdminURL(cfg); err != nil {
+		return err
+	}
+	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	id, err := admin.CreateTenant(ctx, *name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, map[string]any{"tenant_id": id})
+}
+
+func cmdAPIKey(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return usageError{"usage: mcpfleet apikey create --tenant ID --role module|operator|admin"}
+	}
+	fs := newFlags("apikey create", stderr)
+	adminURL(fs, &cfg)
+	tenant := fs.String("tenant", "", "tenant id")
+	role := fs.String("role", "", "module, operator or admin")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	tid, err := uuid.Parse(*tenant)
+	if err != nil {
+		return usageError{"apikey create: --tenant must be a tenant id (a UUID)"}
+	}
+	r, err := persistence.ParseRole(*role)
+	if err != nil {
+		return usageError{"apikey create: --role: " + err.Error()}
+	}
+	if err := requireAdminURL(cfg); err != nil {
+		return err
+	}
+	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	key, err := admin.CreateAPIKey(ctx, tid, r)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return fmt.Errorf("apikey create: no tenant %s", tid)
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, key)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}

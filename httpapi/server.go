@@ -1,0 +1,201 @@
+// Package httpapi is mcpfleet's JSON HTTP API on gin: module registration, heartbeat and
+// deregistration, and the read side (servers, skills, audit), plus /healthz and /readyz.
+//
+// Handlers are methods on Server that return errors; one wrapper maps every error to an RFC 9457
+// problem+json answer exactly once, keeping the client's message apart from the logged cause.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// Fleet is what the API needs of the actor system.
+type Fleet interface {
+	Register(ctx context.Context, req actors.RegisterRequest) (actors.RegisterResult, error)
+	Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (actors.HeartbeatResult, error)
+	Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error)
+}
+
+// Store is what the API reads from PostgreSQL.
+type Store interface {
+	keyLookup
+	GetServer(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.Server, error)
+	ListServers(ctx context.Context, tenantID uuid.UUID, f persistence.ServerFilter) ([]persistence.Server, error)
+	ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([]persistence.Skill, error)
+	ListAudit(ctx context.Context, tenantID uuid.UUID, f persistence.AuditFilter) ([]persistence.AuditEvent, error)
+	Ping(ctx context.Context) error
+}
+
+var (
+	_ Fleet = (*actors.Fleet)(nil)
+	_ Store = (*persistence.Store)(nil)
+)
+
+// Config configures the API.
+type Config struct {
+	HeartbeatInterval time.Duration // told to modules at registration
+}
+
+// Deps are the API's collaborators.
+type Deps struct {
+	Fleet          Fleet
+	Store          Store
+	Log            *slog.Logger
+	TracerProvider trace.TracerProvider          // optional
+	Propagator     propagation.TextMapPropagator // optional
+	// Ready reports whether the service is ready; until it is, /v1 answers 503 and /readyz fails.
+	Ready func() bool
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg   Config
+	fleet Fleet
+	store Store
+	log   *slog.Logger
+	auth  *authenticator
+	deps  Deps
+}
+
+// New returns the API.
+func New(cfg Config, deps Deps) *Server {
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Ready == nil {
+		deps.Ready = func() bool { return true }
+	}
+	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store), deps: deps}
+}
+
+// Handler returns the routed gin engine.
+func (s *Server) Handler() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.ContextWithFallback = true
+	r.HandleMethodNotAllowed = true
+	r.Use(s.recoverer())
+	if s.deps.TracerProvider != nil {
+		r.Use(otelgin.Middleware("mcpfleet", otelgin.WithTracerProvider(s.deps.TracerProvider),
+			otelgin.WithPropagators(s.deps.Propagator)))
+		r.Use(s.traceparentOut())
+	}
+	r.NoRoute(func(c *gin.Context) {
+		writeProblem(c.Writer, problem(http.StatusNotFound, "no_route", "there is no such endpoint; see /openapi.json"))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeProblem(c.Writer, problem(http.StatusMethodNotAllowed, "method_not_allowed", "this endpoint does not take "+c.Request.Method))
+	})
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.readyz)
+
+	all := []persistence.Role{persistence.RoleModule, persistence.RoleOperator, persistence.RoleAdmin}
+	readers := all
+	ops := []persistence.Role{persistence.RoleOperator, persistence.RoleAdmin}
+	modules := []persistence.Role{persistence.RoleModule, persistence.RoleAdmin}
+
+	v1 := r.Group("/v1", s.requireReady())
+	v1.POST("/mcp/servers/register", s.handle(modules, s.register))
+	v1.POST("/mcp/servers/heartbeat", s.handle(modules, s.heartbeat))
+	v1.POST("/mcp/servers/deregister", s.handle(modules, s.deregister))
+	v1.GET("/mcp/servers", s.handle(readers, s.listServers))
+	v1.GET("/mcp/servers/:server_id", s.handle(readers, s.getServer))
+	v1.GET("/mcp/servers/:server_id/skills", s.handle(readers, s.listSkills))
+	v1.GET("/mcp/audit", s.handle(ops, s.listAudit))
+	return r
+}
+
+// handle authenticates, checks the role, runs h and maps its error to a problem.
+func (s *Server) handle(roles []persistence.Role, h func(*gin.Context) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		p, err := s.auth.authenticate(c.Request)
+		if err == nil && !allowed(p.Role, roles) {
+			err = problem(http.StatusForbidden, "forbidden", "this API key's role ("+string(p.Role)+") may not do this")
+		}
+		if err == nil {
+			c.Set(principalKey, p)
+			err = h(c)
+		}
+		if err != nil {
+			s.fail(c, err)
+		}
+	}
+}
+
+func (s *Server) fail(c *gin.Context, err error) {
+	p := asProblem(err)
+	p.TraceID = telemetry.TraceID(c.Request.Context())
+	if p.Status >= 500 {
+		s.log.ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method, "route", c.FullPath(), "status", p.Status, "err", p.Err)
+	}
+	writeProblem(c.Writer, p)
+}
+
+const principalKey = "mcpfleet.principal"
+
+func principalOf(c *gin.Context) persistence.Principal {
+	v, _ := c.Get(principalKey)
+	p, _ := v.(persistence.Principal)
+	return p
+}
+
+func (s *Server) recoverer() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			if rec := recover(); rec != nil {
+				s.log.ErrorContext(c.Request.Context(), "handler panicked", "panic", rec, "route", c.FullPath())
+				if !c.Writer.Written() {
+					writeProblem(c.Writer, internalError(nil))
+				}
+				c.Abort()
+			}
+		}()
+		c.Next()
+	}
+}
+
+// traceparentOut writes the request's trace context into the response headers.
+func (s *Server) traceparentOut() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		s.deps.Propagator.Inject(c.Request.Context(), propagation.HeaderCarrier(c.Writer.Header()))
+		c.Next()
+	}
+}
+
+func (s *Server) requireReady() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if !s.deps.Ready() {
+			writeProblem(c.Writer, unavailable("the service is starting: retry shortly", 2*time.Second, nil))
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
+func (s *Server) readyz(c *gin.Context) {
+	if !s.deps.Ready() {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "starting"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "degraded", "database": "unreachable"})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready", "database": "ok"})
+}

@@ -1,0 +1,409 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// KnownProtocols are the MCP protocol revisions a module may list in supported_protocols.
+var KnownProtocols = map[string]bool{
+	"2024-11-05": true, "2025-03-26": true, "2025-06-18": true, "2025-11-25": true, "2026-07-28": true,
+}
+
+// Limits on registration input.
+const (
+	maxModuleName  = 128
+	maxVersion     = 64
+	maxProtocols   = 16
+	maxTools       = 500
+	maxToolName    = 128
+	maxDescription = 8 << 10
+)
+
+var (
+	moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	versionRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+_-]*$`)
+	toolNameRE   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+)
+
+// RegisterBody is the body of POST /v1/mcp/servers/register.
+type RegisterBody struct {
+	ModuleName              string          `json:"module_name"`
+	Version                 string          `json:"version"`
+	SupportedProtocols      []string        `json:"supported_protocols"`
+	CapabilityAdvertisement json.RawMessage `json:"capability_advertisement"`
+}
+
+type capabilityBody struct {
+	Tools []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"inputSchema"`
+	} `json:"tools"`
+}
+
+// ServerIDBody is the body of heartbeat and deregister.
+type ServerIDBody struct {
+	ServerID string `json:"server_id"`
+}
+
+// validate checks a registration and returns the request for the fleet.
+func (b *RegisterBody) validate() (actors.RegisterRequest, error) {
+	req := actors.RegisterRequest{ModuleName: b.ModuleName, Version: b.Version, Protocols: b.SupportedProtocols}
+	switch {
+	case b.ModuleName == "":
+		return req, badRequest("missing_field", "module_name", "module_name is required")
+	case len(b.ModuleName) > maxModuleName:
+		return req, badRequest("invalid_field", "module_name", fmt.Sprintf("module_name must be at most %d characters", maxModuleName))
+	case !moduleNameRE.MatchString(b.ModuleName):
+		return req, badRequest("invalid_field", "module_name", "module_name may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit")
+	case b.Version == "":
+		return req, badRequest("missing_field", "version", "version is required")
+	case len(b.Version) > maxVersion:
+		return req, badRequest("invalid_field", "version", fmt.Sprintf("version must be at most %d characters", maxVersion))
+	case !versionRE.MatchString(b.Version):
+		return req, badRequest("invalid_field", "version", "version may contain only letters, digits, '.', '+', '_' and '-'")
+	case b.SupportedProtocols == nil:
+		return req, badRequest("missing_field", "supported_protocols", "supported_protocols is required: list the MCP protocol revisions the server speaks")
+	case len(b.SupportedProtocols) == 0:
+		return req, badRequest("invalid_field", "supported_protocols", "supported_protocols must not be empty")
+	case len(b.SupportedProtocols) > maxProtocols:
+		return req, badRequest("invalid_field", "supported_protocols", fmt.Sprintf("supported_protocols may list at most %d revisions", maxProtocols))
+	}
+	for _, p := range b.SupportedProtocols {
+		if !KnownProtocols[p] {
+			return req, badRequest("invalid_field", "supported_protocols", fmt.Sprintf("unknown MCP protocol revision %q: known are 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28", truncate(p, 40)))
+		}
+	}
+	if len(b.CapabilityAdvertisement) > 0 && string(b.CapabilityAdvertisement) != "null" {
+		var caps capabilityBody
+		if err := json.Unmarshal(b.CapabilityAdvertisement, &caps); err != nil {
+			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must be an object whose tools is an array of {name, description, inputSchema}")
+		}
+		if len(caps.Tools) > maxTools {
+			return req, badRequest("invalid_field", "capability_advertisement.tools", fmt.Sprintf("at most %d tools may be advertised", maxTools))
+		}
+		seen := map[string]bool{}
+		for i, t := range caps.Tools {
+			field := fmt.Sprintf("capability_advertisement.tools[%d]", i)
+			switch {
+			case t.Name == "" || len(t.Name) > maxToolName || !toolNameRE.MatchString(t.Name):
+				return req, badRequest("invalid_field", field+".name", fmt.Sprintf("a tool name must be 1 to %d letters, digits, '_', '.' or '-'", maxToolName))
+			case seen[t.Name]:
+				return req, badRequest("invalid_field", field+".name", fmt.Sprintf("tool %q is advertised twice", t.Name))
+			case len(t.Description) > maxDescription:
+				return req, badRequest("invalid_field", field+".description", fmt.Sprintf("a tool description must be at most %d bytes", maxDescription))
+			}
+			if len(t.InputSchema) > 0 && string(t.InputSchema) != "null" {
+				var obj map[string]any
+				if json.Unmarshal(t.InputSchema, &obj) != nil {
+					return req, badRequest("invalid_field", field+".inputSchema", "inputSchema must be a JSON object")
+				}
+			}
+			seen[t.Name] = true
+			req.Tools = append(req.Tools, persistence.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		}
+		req.Capabilities = b.CapabilityAdvertisement
+	}
+	return req, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// parseServerID validates a server id from a body or a path.
+func parseServerID(s string) (uuid.UUID, error) {
+	if s == "" {
+		return uuid.Nil, badRequest("missing_field", "server_id", "server_id is required")
+	}
+	id, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
+		return uuid.Nil, badRequest("invalid_field", "server_id", "server_id must be a UUID")
+	}
+	return id, nil
+}
+
+// ServerJSON is the server object of the API (seed §3, extended).
+type ServerJSON struct {
+	ServerID                uuid.UUID       `json:"server_id"`
+	TenantID                uuid.UUID       `json:"tenant_id"`
+	ModuleName              string          `json:"module_name"`
+	Version                 string          `json:"version"`
+	SupportedProtocols      []string        `json:"supported_protocols"`
+	CapabilityAdvertisement json.RawMessage `json:"capability_advertisement"`
+	Status                  health.Status   `json:"status"`
+	LastHeartbeatAt         time.Time       `json:"last_heartbeat_at"`
+	RegisteredAt            time.Time       `json:"registered_at"`
+	DeregisteredAt          *time.Time      `json:"deregistered_at"`
+	TraceID                 string          `json:"trace_id"`
+}
+
+func serverJSON(s persistence.Server) ServerJSON {
+	caps := s.CapabilityAdvertisement
+	if len(caps) == 0 {
+		caps = json.RawMessage("null")
+	}
+	var dereg *time.Time
+	if s.DeregisteredAt != nil {
+		t := s.DeregisteredAt.UTC()
+		dereg = &t
+	}
+	return ServerJSON{
+		ServerID: s.ServerID, TenantID: s.TenantID, ModuleName: s.ModuleName, Version: s.Version,
+		SupportedProtocols: s.SupportedProtocols, CapabilityAdvertisement: caps, Status: s.Status,
+		LastHeartbeatAt: s.LastHeartbeatAt.UTC(), RegisteredAt: s.RegisteredAt.UTC(), DeregisteredAt: dereg, TraceID: s.TraceID,
+	}
+}
+
+// fleetError maps an actors error to its problem.
+func fleetError(err error) error {
+	switch {
+	case errors.Is(err, actors.ErrNotFound):
+		return problem(http.StatusNotFound, "server_not_registered", "no server with this server_id is registered: register first (POST /v1/mcp/servers/register)")
+	case errors.Is(err, actors.ErrDeregistered):
+		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
+	case errors.Is(err, actors.ErrUnavailable):
+		return unavailable("the request could not be made durable right now; nothing was recorded: retry", 2*time.Second, err)
+	}
+	return internalError(err)
+}
+
+func (s *Server) register(c *gin.Context) error {
+	p := principalOf(c)
+	var body RegisterBody
+	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+		return err
+	}
+	req, err := body.validate()
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	req.TenantID = p.TenantID
+	req.Trace = telemetry.CarrierFrom(ctx)
+	res, err := s.fleet.Register(ctx, req)
+	if err != nil {
+		return fleetError(err)
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	c.JSON(status, struct {
+		ServerJSON
+		HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+		RequestTraceID           string  `json:"request_trace_id"`
+	}{serverJSON(res.Server), s.cfg.HeartbeatInterval.Seconds(), telemetry.TraceID(ctx)})
+	return nil
+}
+
+func (s *Server) heartbeat(c *gin.Context) error {
+	p := principalOf(c)
+	var body ServerIDBody
+	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+		return err
+	}
+	id, err := parseServerID(body.ServerID)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	res, err := s.fleet.Heartbeat(ctx, p.TenantID, id, telemetry.CarrierFrom(ctx))
+	if err != nil {
+		return fleetError(err)
+	}
+	c.JSON(http.StatusOK, gin.H{"server_id": res.ServerID, "status": res.Status, "last_heartbeat_at": res.LastHeartbeatAt.UTC()})
+	return nil
+}
+
+func (s *Server) deregister(c *gin.Context) error {
+	p := principalOf(c)
+	var body ServerIDBody
+	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+		return err
+	}
+	id, err := parseServerID(body.ServerID)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	srv, err := s.fleet.Deregister(ctx, p.TenantID, id, telemetry.CarrierFrom(ctx))
+	if err != nil {
+		return fleetError(err)
+	}
+	c.JSON(http.StatusOK, serverJSON(srv))
+	return nil
+}
+
+// listServers answers GET /v1/mcp/servers?status=&limit=&cursor=, paginated by an opaque cursor.
+func (s *Server) listServers(c *gin.Context) error {
+	p := principalOf(c)
+	f := persistence.ServerFilter{Limit: 100}
+	if v := c.Query("status"); v != "" {
+		st, err := health.Parse(v)
+		if err != nil {
+			return badRequest("invalid_field", "status", err.Error())
+		}
+		f.Status = st
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest("invalid_field", "limit", "limit must be a whole number from 1 to 1000")
+		}
+		f.Limit = n
+	}
+	if v := c.Query("cursor"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(b) != 16 {
+			return badRequest("invalid_field", "cursor", "cursor is not one this API returned")
+		}
+		copy(f.After[:], b)
+	}
+	servers, err := s.store.ListServers(c.Request.Context(), p.TenantID, f)
+	if err != nil {
+		return storeError(err)
+	}
+	out := make([]ServerJSON, len(servers))
+	for i, srv := range servers {
+		out[i] = serverJSON(srv)
+	}
+	next := ""
+	if len(servers) == f.Limit {
+		next = base64.RawURLEncoding.EncodeToString(servers[len(servers)-1].ServerID[:])
+	}
+	c.JSON(http.StatusOK, gin.H{"servers": out, "next_cursor": next})
+	return nil
+}
+
+func (s *Server) getServer(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	srv, err := s.store.GetServer(c.Request.Context(), p.TenantID, id)
+	if err != nil {
+		return storeError(err)
+	}
+	c.JSON(http.StatusOK, serverJSON(srv))
+	return nil
+}
+
+// SkillJSON is a skill of the API.
+type SkillJSON struct {
+	SkillID     uuid.UUID       `json:"skill_id"`
+	ServerID    uuid.UUID       `json:"server_id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	Enabled     bool            `json:"enabled"`
+	Available   bool            `json:"available"`
+	Orphaned    bool            `json:"orphaned"`
+	OrphanedAt  *time.Time      `json:"orphaned_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+}
+
+func (s *Server) listSkills(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	if _, err := s.store.GetServer(ctx, p.TenantID, id); err != nil {
+		return storeError(err)
+	}
+	skills, err := s.store.ListSkills(ctx, p.TenantID, id)
+	if err != nil {
+		return storeError(err)
+	}
+	out := make([]SkillJSON, len(skills))
+	for i, k := range skills {
+		out[i] = SkillJSON{SkillID: k.SkillID, ServerID: k.ServerID, Name: k.Name, Description: k.Description,
+			InputSchema: k.InputSchema, Enabled: k.Enabled, Available: k.Available, Orphaned: k.OrphanedAt != nil,
+			OrphanedAt: k.OrphanedAt, UpdatedAt: k.UpdatedAt.UTC()}
+	}
+	c.JSON(http.StatusOK, gin.H{"skills": out})
+	return nil
+}
+
+// AuditJSON is an audit event of the API.
+type AuditJSON struct {
+	EventID    uuid.UUID     `json:"event_id"`
+	Seq        int64         `json:"seq"`
+	Kind       string        `json:"kind"`
+	ServerID   uuid.UUID     `json:"server_id"`
+	ModuleName string        `json:"module_name"`
+	Version    string        `json:"version"`
+	Status     health.Status `json:"status"`
+	From       health.Status `json:"from,omitempty"`
+	TraceID    string        `json:"trace_id"`
+	OccurredAt time.Time     `json:"occurred_at"`
+}
+
+func (s *Server) listAudit(c *gin.Context) error {
+	p := principalOf(c)
+	f := persistence.AuditFilter{Limit: 500}
+	if v := c.Query("server_id"); v != "" {
+		id, err := parseServerID(v)
+		if err != nil {
+			return err
+		}
+		f.ServerID = id
+	}
+	if v := c.Query("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("invalid_field", "after", "after must be a non-negative sequence number")
+		}
+		f.AfterSeq = n
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest("invalid_field", "limit", "limit must be a whole number from 1 to 1000")
+		}
+		f.Limit = n
+	}
+	events, err := s.store.ListAudit(c.Request.Context(), p.TenantID, f)
+	if err != nil {
+		return storeError(err)
+	}
+	out := make([]AuditJSON, len(events))
+	for i, e := range events {
+		out[i] = AuditJSON{EventID: e.EventID, Seq: e.Seq, Kind: string(e.Kind), ServerID: e.ServerID, ModuleName: e.ModuleName,
+			Version: e.Version, Status: e.Status, From: e.From, TraceID: e.TraceID, OccurredAt: e.OccurredAt.UTC()}
+	}
+	c.JSON(http.StatusOK, gin.H{"events": out})
+	return nil
+}
+
+// storeError maps a persistence error to its problem.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return problem(http.StatusNotFound, "not_found", "no such server in this tenant")
+	case persistence.IsTransient(err):
+		return unavailable("the database is not answering right now: retry", 2*time.Second, err)
+	}
+	return internalError(err)
+}

@@ -1,0 +1,184 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+// Server is a row of mcp_servers.
+type Server struct {
+	ServerID                uuid.UUID
+	TenantID                uuid.UUID
+	ModuleName              string
+	Version                 string
+	SupportedProtocols      []string
+	CapabilityAdvertisement json.RawMessage
+	Status                  health.Status
+	LastHeartbeatAt         time.Time
+	RegisteredAt            time.Time
+	DeregisteredAt          *time.Time
+	TraceID                 string
+}
+
+const serverColumns = `server_id, tenant_id, module_name, version, supported_protocols, capability_advertisement,
+	status, last_heartbeat_at, registered_at, deregistered_at, coalesce(trace_id, '')`
+
+func scanServer(row pgx.Row) (Server, error) {
+	var s Server
+	var status string
+	err := row.Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
+		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID)
+	s.Status = health.Status(status)
+	return s, err
+}
+
+// GetServer returns one server of tenantID, or ErrNotFound (also for another tenant's server).
+func (s *Store) GetServer(ctx context.Context, tenantID, serverID uuid.UUID) (Server, error) {
+	var out Server
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanServer(tx.QueryRow(ctx, `SELECT `+serverColumns+` FROM mcp_servers WHERE server_id = $1`, serverID))
+		return translate(err)
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("get server: %w", err)
+	}
+	return out, nil
+}
+
+// ServerFilter selects a page of servers: those after After (by server_id), optionally of one status.
+type ServerFilter struct {
+	Status health.Status // empty: any
+	After  uuid.UUID     // uuid.Nil: from the start
+	Limit  int
+}
+
+// ListServers returns up to f.Limit servers of tenantID ordered by server_id.
+func (s *Store) ListServers(ctx context.Context, tenantID uuid.UUID, f ServerFilter) ([]Server, error) {
+	var out []Server
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+serverColumns+` FROM mcp_servers
+			WHERE server_id > $1 AND ($2 = '' OR status = $2) ORDER BY server_id LIMIT $3`,
+			f.After, string(f.Status), f.Limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) { return scanServer(r) })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list servers: %w", err)
+	}
+	return out, nil
+}
+
+// CountByStatus returns how many servers of tenantID are in each status.
+func (s *Store) CountByStatus(ctx context.Context, tenantID uuid.UUID) (map[health.Status]int, error) {
+	out := map[health.Status]int{}
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM mcp_servers GROUP BY status`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				return err
+			}
+			out[health.Status(st)] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count servers: %w", err)
+	}
+	return out, nil
+}
+
+// TenantIDs lists every tenant.
+func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id FROM tenants ORDER BY tenant_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return ids, nil
+}
+
+// LoadServers returns every server of tenantID (all statuses), for rebuilding the fleet at start.
+// fn is called once per row, in server_id order, so a large fleet is streamed rather than collected.
+func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+serverColumns+` FROM mcp_servers ORDER BY server_id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			srv, err := scanServer(rows)
+			if err != nil {
+				return err
+			}
+			if err := fn(srv); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("load servers: %w", err)
+	}
+	return nil
+}
+
+// Stamp is one coalesced heartbeat: the newest accepted heartbeat time of a server.
+type Stamp struct {
+	TenantID uuid.UUID
+	ServerID uuid.UUID
+	At       time.Time
+}
+
+// StampHeartbeats writes last_heartbeat_at for every stamp in one transaction, with one set-based
+// UPDATE per tenant. A stamp never moves last_heartbeat_at backwards.
+func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
+	byTenant := map[uuid.UUID][]Stamp{}
+	for _, st := range stamps {
+		byTenant[st.TenantID] = append(byTenant[st.TenantID], st)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("stamp heartbeats: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	for tenant, sts := range byTenant {
+		if err := SetTenant(ctx, tx, tenant); err != nil {
+			return fmt.Errorf("stamp heartbeats: %w", err)
+		}
+		ids := make([]uuid.UUID, len(sts))
+		ats := make([]time.Time, len(sts))
+		for i, st := range sts {
+			ids[i], ats[i] = st.ServerID, st.At
+		}
+		if _, err := tx.Exec(ctx, `UPDATE mcp_servers m SET last_heartbeat_at = v.at
+			FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, at)
+			WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at`, ids, ats); err != nil {
+			return fmt.Errorf("stamp heartbeats: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("stamp heartbeats: commit: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of mcpfleet, parsed once from the environment (and flags, which
+// the command applies on top) and then narrowed into each package's own config.
+type Config struct {
+	DatabaseURL        string        // MCPFLEET_DATABASE_URL: runtime connection, as the app role
+	AdminDatabaseURL   string        // MCPFLEET_ADMIN_DATABASE_URL: owner connection (migrate, tenant, apikey)
+	HTTPAddr           string        // MCPFLEET_HTTP_ADDR, default 127.0.0.1:8080
+	HeartbeatInterval  time.Duration // MCPFLEET_HEARTBEAT_INTERVAL, default 10s
+	MonitorInterval    time.Duration // MCPFLEET_MONITOR_INTERVAL, default 5s
+	StampFlushInterval time.Duration // MCPFLEET_STAMP_FLUSH_INTERVAL, default 500ms, at most 1s
+	WriteTimeout       time.Duration // MCPFLEET_WRITE_TIMEOUT, default 5s
+	AlertWebhookURL    string        // MCPFLEET_ALERT_WEBHOOK_URL
+	AlertWebhookSecret string        // MCPFLEET_ALERT_WEBHOOK_SECRET
+	LogLevel           slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
+	TraceExport        bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
+	DBMaxConns         int32         // MCPFLEET_DB_MAX_CONNS, default 8
+}
+
+// FromEnv reads the configuration from getenv, applies defaults and validates it.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:        getenv("MCPFLEET_DATABASE_URL"),
+		AdminDatabaseURL:   getenv("MCPFLEET_ADMIN_DATABASE_URL"),
+		HTTPAddr:           or(getenv("MCPFLEET_HTTP_ADDR"), "127.0.0.1:8080"),
+		AlertWebhookURL:    getenv("MCPFLEET_ALERT_WEBHOOK_URL"),
+		AlertWebhookSecret: getenv("MCPFLEET_ALERT_WEBHOOK_SECRET"),
+		TraceExport:        getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
+		DBMaxConns:         8,
+	}
+	var errs []error
+	dur := func(name string, def time.Duration, dst *time.Duration) {
+		v := getenv(name)
+		if v == "" {
+			*dst = def
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a duration (like 10s or 500ms)", name, v))
+			return
+		}
+		*dst = d
+	}
+	dur("MCPFLEET_HEARTBEAT_INTERVAL", 10*time.Second, &c.HeartbeatInterval)
+	dur("MCPFLEET_MONITOR_INTERVAL", 5*time.Second, &c.MonitorInterval)
+	dur("MCPFLEET_STAMP_FLUSH_INTERVAL", 500*time.Millisecond, &c.StampFlushInterval)
+	dur("MCPFLEET_WRITE_TIMEOUT", 5*time.Second, &c.WriteTimeout)
+	if v := getenv("MCPFLEET_LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
+	}
+	if v := getenv("MCPFLEET_DB_MAX_CONNS"); v != "" {
+		var n int32
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > 1000 {
+			errs = append(errs, fmt.Errorf("MCPFLEET_DB_MAX_CONNS=%q: want a number from 1 to 1000", v))
+		}
+		c.DBMaxConns = n
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Validate checks the settings serve needs.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("MCPFLEET_DATABASE_URL is not set: give the runtime connection, as the app role (e.g. postgres://cyberos_app@127.0.0.1:5432/mcpfleet)"))
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("MCPFLEET_HTTP_ADDR=%q is not host:port", c.HTTPAddr))
+	}
+	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("MCPFLEET_HEARTBEAT_INTERVAL=%s: want 10ms to 1h", c.HeartbeatInterval))
+	}
+	if c.MonitorInterval < time.Millisecond || c.MonitorInterval > c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("MCPFLEET_MONITOR_INTERVAL=%s: want 1ms up to the heartbeat interval (%s)", c.MonitorInterval, c.HeartbeatInterval))
+	}
+	if c.StampFlushInterval <= 0 || c.StampFlushInterval > time.Second {
+		errs = append(errs, fmt.Errorf("MCPFLEET_STAMP_FLUSH_INTERVAL=%s: want more than 0 and at most 1s", c.StampFlushInterval))
+	}
+	if c.WriteTimeout < 100*time.Millisecond || c.WriteTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("MCPFLEET_WRITE_TIMEOUT=%s: want 100ms to 1m", c.WriteTimeout))
+	}
+	if c.AlertWebhookURL != "" {
+		u, err := url.Parse(c.AlertWebhookURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_URL must be an http or https URL"))
+		} else if c.AlertWebhookSecret == "" {
+			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_SECRET is required with MCPFLEET_ALERT_WEBHOOK_URL: alerts are signed"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func or(v, def string) string {
+	if strings.TrimSpace(v) == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,158 @@
+// Package service assembles mcpfleet: configuration → database pool → actor system → HTTP API, in
+// that order, with a bounded shutdown in reverse. Tests start it end to end on 127.0.0.1:0.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// Options are test and embedding hooks; the zero value is production.
+type Options struct {
+	Clock health.Clock // default the real clock
+	// ManualMonitor turns off the automatic monitor ticks; the caller runs Fleet().RunMonitor.
+	ManualMonitor bool
+	Log           *slog.Logger
+	LogOutput     io.Writer // where the default logger writes; default io.Discard... set by the command
+	OnEvent       func(string)
+}
+
+// Service is a running mcpfleet.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *persistence.Store
+	fleet   *actors.Fleet
+	tracing *telemetry.Tracing
+	http    *http.Server
+	ln      net.Listener
+	ready   atomic.Bool
+	served  chan error
+}
+
+// Start starts the service and returns once it is ready and listening.
+func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opt.Log
+	if log == nil {
+		out := opt.LogOutput
+		if out == nil {
+			out = io.Discard
+		}
+		log = telemetry.NewLogger(out, cfg.LogLevel)
+	}
+	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}
+	var err error
+	s.tracing, err = telemetry.NewTracing(ctx, telemetry.TraceConfig{ServiceName: "mcpfleet", Export: cfg.TraceExport})
+	if err != nil {
+		return nil, err
+	}
+	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.CheckRuntimeRole(ctx); err != nil {
+		s.store.Close()
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
+	monitor := cfg.MonitorInterval
+	if opt.ManualMonitor {
+		monitor = -1
+	}
+	s.fleet, err = actors.Start(ctx, actors.Config{
+		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: monitor, StampFlushInterval: cfg.StampFlushInterval,
+		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
+	}, s.store, actors.Deps{Clock: opt.Clock, Log: log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent})
+	if err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
+		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
+		Ready: s.ready.Load,
+	})
+	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		_ = s.fleet.Stop(ctx)
+		s.store.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	s.http = &http.Server{
+		Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	s.ready.Store(true)
+	go func() { s.served <- s.http.Serve(s.ln) }()
+	log.Info("mcpfleet ready", "addr", s.ln.Addr().String(), "heartbeat_interval", cfg.HeartbeatInterval.String(),
+		"monitor_interval", cfg.MonitorInterval.String())
+	return s, nil
+}
+
+// Addr is the address the API listens on.
+func (s *Service) Addr() string { return s.ln.Addr().String() }
+
+// URL is the base URL of the API.
+func (s *Service) URL() string { return "http://" + s.Addr() }
+
+// Fleet is the actor system (tests drive the monitor through it).
+func (s *Service) Fleet() *actors.Fleet { return s.fleet }
+
+// Store is the runtime store.
+func (s *Service) Store() *persistence.Store { return s.store }
+
+// Done is closed with the HTTP server's exit error if it stops serving by itself.
+func (s *Service) Done() <-chan error { return s.served }
+
+// Close stops accepting requests, lets in-flight ones finish, drains the writer and the stamper, and
+// flushes traces — bounded by ctx.
+func (s *Service) Close(ctx context.Context) error {
+	s.ready.Store(false)
+	var errs []error
+	if err := s.http.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := s.fleet.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.store.Close()
+	if err := s.tracing.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the service and serves until ctx is cancelled (SIGINT/SIGTERM), then shuts down within
+// 20 seconds.
+func Run(ctx context.Context, cfg Config, opt Options) error {
+	s, err := Start(ctx, cfg, opt)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-s.served:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", "err", err)
+		}
+	}
+	s.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	return s.Close(sctx)
+}

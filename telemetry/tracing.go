@@ -1,0 +1,103 @@
+// Package telemetry sets up mcpfleet's tracing and logging, and carries W3C trace context across
+// actor messages, which protoactor-go does not do by itself.
+//
+// Nothing here is global: the service builds one Tracing and one logger and passes them down.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TraceConfig configures tracing. Export is on when an OTLP endpoint is configured through the
+// standard OTEL_* variables (the exporter reads them itself); Sampler then follows OTEL_TRACES_SAMPLER.
+// With export off, spans are not recorded but trace ids are still made and propagated, so the
+// registration's trace_id, audit events and alerts carry one either way.
+type TraceConfig struct {
+	ServiceName string
+	Export      bool
+	// Sampler overrides the sampler when export is on; nil means the SDK default (parent-based,
+	// always on), which honours OTEL_TRACES_SAMPLER.
+	Sampler sdktrace.Sampler
+}
+
+// Tracing owns the tracer provider.
+type Tracing struct {
+	Provider   *sdktrace.TracerProvider
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
+}
+
+// NewTracing builds the tracer provider. Call Shutdown to flush spans.
+func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
+	if cfg.ServiceName == "" {
+		cfg.ServiceName = "mcpfleet"
+	}
+	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName))
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if cfg.Export {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+		if cfg.Sampler != nil {
+			opts = append(opts, sdktrace.WithSampler(cfg.Sampler))
+		}
+	} else {
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	return &Tracing{
+		Provider:   tp,
+		Tracer:     tp.Tracer("github.com/mcpfleet/mcpfleet"),
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	}, nil
+}
+
+// Shutdown flushes and stops the provider.
+func (t *Tracing) Shutdown(ctx context.Context) error { return t.Provider.Shutdown(ctx) }
+
+// TraceID returns the hex trace id of the span in ctx, or "" if there is none.
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// Carrier is the trace context carried inside an actor message: the span context of the operation that
+// sent it. The zero value means "no trace".
+type Carrier struct {
+	SpanContext trace.SpanContext
+}
+
+// CarrierFrom captures the span context of ctx.
+func CarrierFrom(ctx context.Context) Carrier {
+	return Carrier{SpanContext: trace.SpanContextFromContext(ctx)}
+}
+
+// Context returns a context whose parent span is the carried one, for starting a child span inside
+// an actor.
+func (c Carrier) Context() context.Context {
+	if !c.SpanContext.IsValid() {
+		return context.Background()
+	}
+	return trace.ContextWithRemoteSpanContext(context.Background(), c.SpanContext)
+}
+
+// TraceID returns the carried trace id in hex, or "".
+func (c Carrier) TraceID() string {
+	if !c.SpanContext.HasTraceID() {
+		return ""
+	}
+	return c.SpanContext.TraceID().String()
+}
