@@ -1,0 +1,4 @@
+package pgtest
+
+// Sweep exposes sweep to the external tests.
+var Sweep = sweep
