@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -97,7 +96,7 @@ type Fleet struct {
 	stamper *actor.PID
 	skills  *actor.PID
 	alerts  *actor.PID
-	timers  []scheduler.CancelFunc
+	timers  []func()
 	readyAt time.Time
 	servers int
 }
@@ -210,14 +209,13 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 		log.Warn("skill cascade repaired at start", "skills", n)
 	}
 
-	sched := scheduler.NewTimerScheduler(system.Root)
 	if cfg.MonitorInterval > 0 {
-		f.timers = append(f.timers, sched.SendRepeatedly(cfg.MonitorInterval, cfg.MonitorInterval, f.fleet, &monitorTick{}))
+		f.timers = append(f.timers, every(system, cfg.MonitorInterval, f.fleet, &monitorTick{}))
 	}
 	f.timers = append(f.timers,
-		sched.SendRepeatedly(cfg.StampFlushInterval, cfg.StampFlushInterval, f.stamper, &stampTick{}),
-		sched.SendRepeatedly(cfg.ReconcileInterval, cfg.ReconcileInterval, f.skills, &reconcileTick{}),
-		sched.SendRepeatedly(cfg.AlertInterval, cfg.AlertInterval, f.alerts, &alertTick{}),
+		every(system, cfg.StampFlushInterval, f.stamper, &stampTick{}),
+		every(system, cfg.ReconcileInterval, f.skills, &reconcileTick{}),
+		every(system, cfg.AlertInterval, f.alerts, &alertTick{}),
 	)
 	system.Root.Send(f.alerts, &alertTick{}) // deliver what a previous run left in the outbox
 	return f, nil
