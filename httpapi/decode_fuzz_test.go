@@ -1,0 +1,74 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+// FuzzDecodeRegister feeds arbitrary bodies through the registration decoder and validator: it must
+// never panic, every failure must be a *Problem with a 4xx status and a detail, and every accepted body
+// must satisfy the limits the validator promises. Seeds live in testdata/fuzz/FuzzDecodeRegister.
+func FuzzDecodeRegister(f *testing.F) {
+	for _, s := range []string{
+		`{"module_name":"calendar","version":"1.3.2","supported_protocols":["2025-11-25"]}`,
+		`{"module_name":"calendar","version":"1.3.2","supported_protocols":["2025-11-25"],"capability_advertisement":{"tools":[{"name":"list_events","description":"d","inputSchema":{"type":"object"}}]}}`,
+		`{"module_name":"","version":"","supported_protocols":[]}`,
+		`{"module_name":1}`, `[]`, `null`, `{"a":1}`, `{"module_name":"a"} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var b RegisterBody
+		err := decodeBytes(body, &b)
+		if err == nil {
+			_, err = b.validate()
+			if err == nil {
+				if b.ModuleName == "" || len(b.ModuleName) > maxModuleName || b.Version == "" || len(b.Version) > maxVersion || len(b.SupportedProtocols) == 0 {
+					t.Fatalf("accepted an invalid registration: %+v", b)
+				}
+				for _, p := range b.SupportedProtocols {
+					if !KnownProtocols[p] {
+						t.Fatalf("accepted unknown protocol %q", p)
+					}
+				}
+				return
+			}
+		}
+		var p *Problem
+		if !errors.As(err, &p) {
+			t.Fatalf("error is not a problem: %v", err)
+		}
+		if p.Status < 400 || p.Status > 499 || p.Detail == "" || p.Type == "" {
+			t.Fatalf("bad problem: %+v", p)
+		}
+		if _, err := json.Marshal(p); err != nil {
+			t.Fatalf("problem does not marshal: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeServerID does the same for the heartbeat / deregister body.
+func FuzzDecodeServerID(f *testing.F) {
+	for _, s := range []string{`{"server_id":"2bc04970-48e3-4213-a8df-afd26c87b599"}`, `{"server_id":"42"}`, `{"server_id":null}`, `{}`, `{"server_id":"{2bc04970-48e3-4213-a8df-afd26c87b599}"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var b ServerIDBody
+		err := decodeBytes(body, &b)
+		if err == nil {
+			id, perr := parseServerID(b.ServerID)
+			if perr == nil && id.String() != b.ServerID && len(b.ServerID) != 36 {
+				t.Fatalf("accepted non-canonical id %q", b.ServerID)
+			}
+			err = perr
+			if err == nil {
+				return
+			}
+		}
+		var p *Problem
+		if !errors.As(err, &p) || p.Status != 400 {
+			t.Fatalf("error is not a 400 problem: %v", err)
+		}
+	})
+}
