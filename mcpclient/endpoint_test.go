@@ -1,0 +1,155 @@
+package mcpclient_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/mcpfleet/mcpfleet/mcpclient"
+	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
+)
+
+// fakeResolver answers from a table; a name not in it does not resolve.
+type fakeResolver map[string][]string
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	addrs, ok := f[strings.TrimSuffix(strings.ToLower(host), ".")]
+	if !ok {
+		return nil, errors.New("no such host")
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+var names = fakeResolver{
+	"public.example":    {"93.184.216.34", "2606:2800:220:1::1"},
+	"private.example":   {"10.0.0.7"},
+	"mixed.example":     {"93.184.216.34", "192.168.1.1"},
+	"loopback.example":  {"127.0.0.1"},
+	"linklocal.example": {"169.254.169.254"},
+}
+
+func TestEndpointPolicy(t *testing.T) {
+	tests := []struct {
+		raw   string
+		allow []string
+		ok    bool
+		why   string // a word the refusal must contain
+	}{
+		{raw: "https://public.example/mcp", ok: true},
+		{raw: "http://public.example:8080/mcp", ok: true},
+		{raw: "https://93.184.216.34/mcp", ok: true},
+		{raw: "ftp://public.example/", why: "scheme"},
+		{raw: "public.example/mcp", why: "scheme"},
+		{raw: "https://user:pw@public.example/", why: "password"},
+		{raw: "https://user@public.example/", why: "user name"},
+		{raw: "https:///mcp", why: "no host"},
+		{raw: "https://public.example:99999/", why: "port"},
+		{raw: "https://nowhere.example/", why: "resolved"},
+		{raw: "http://127.0.0.1:8080/", why: "loopback"},
+		{raw: "http://127.0.0.1:8080/", allow: []string{"127.0.0.1"}, ok: true},
+		{raw: "http://[::1]/", why: "loopback"},
+		{raw: "http://[::1]/", allow: []string{"::1"}, ok: true},
+		{raw: "http://[::ffff:127.0.0.1]/", why: "loopback"},
+		{raw: "http://0.0.0.0/", why: "unspecified"},
+		{raw: "http://[::]/", why: "unspecified"},
+		{raw: "http://10.1.2.3/", why: "private"},
+		{raw: "http://172.16.0.1/", why: "private"},
+		{raw: "http://192.168.0.1/", why: "private"},
+		{raw: "http://10.1.2.3/", allow: []string{"10.0.0.0/8"}, ok: true},
+		{raw: "http://[fd00::1]/", why: "private"},
+		{raw: "http://100.64.0.1/", why: "CGNAT"},
+		{raw: "http://169.254.169.254/latest/meta-data", why: "link-local"},
+		{raw: "http://[fe80::1]/", why: "link-local"},
+		{raw: "http://[64:ff9b::7f00:1]/", why: "loopback"},
+		{raw: "http://224.0.0.1/", why: "link-local"},
+		{raw: "http://239.1.2.3/", why: "multicast"},
+		{raw: "http://private.example/", why: "private"},
+		{raw: "http://private.example/", allow: []string{"private.example"}, ok: true},
+		{raw: "http://PRIVATE.example./", allow: []string{"private.example"}, ok: true},
+		{raw: "http://private.example/", allow: []string{"10.0.0.7"}, ok: true},
+		{raw: "http://private.example/", allow: []string{"other.example"}, why: "allow-list"},
+		{raw: "http://mixed.example/", why: "192.168.1.1"},
+		{raw: "http://loopback.example/", why: "loopback"},
+		{raw: "http://linklocal.example/", why: "link-local"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			p := mcpclient.EndpointPolicy{Allow: tt.allow, Resolver: names}
+			u, err := p.Check(testContext(t), tt.raw)
+			if tt.ok {
+				if err != nil || u == nil {
+					t.Fatalf("Check(%q) = %v, %v; want allowed", tt.raw, u, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Check(%q) allowed it; want refused (%s)", tt.raw, tt.why)
+			}
+			if !errors.Is(err, mcpclient.ErrEndpointRefused) {
+				t.Errorf("error %v does not wrap ErrEndpointRefused", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.why) {
+				t.Errorf("error %q does not say %q", msg, tt.why)
+			}
+			if !strings.HasSuffix(msg, ".") || strings.Contains(msg, "pw@") {
+				t.Errorf("error %q is not a plain sentence fit for a problem detail", msg)
+			}
+		})
+	}
+}
+
+// CheckEndpoint resolves with the system resolver: "localhost" is refused
+// by what it resolves to, unless listed.
+func TestCheckEndpointResolves(t *testing.T) {
+	if _, err := mcpclient.CheckEndpoint("http://localhost:8080/mcp", nil); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("CheckEndpoint(localhost) = %v, want a loopback refusal", err)
+	}
+	if _, err := mcpclient.CheckEndpoint("http://localhost:8080/mcp", []string{"localhost"}); err != nil {
+		t.Errorf("CheckEndpoint(localhost, allowed) = %v", err)
+	}
+	if _, err := mcpclient.CheckEndpoint("http://127.0.0.1:8080/mcp", []string{"127.0.0.1"}); err != nil {
+		t.Errorf("CheckEndpoint(127.0.0.1, allowed) = %v", err)
+	}
+}
+
+// DNS rebinding: the name was public when the endpoint was checked; when
+// the client dials, it resolves to loopback, and the dial refuses it.
+func TestDialRefusesRebinding(t *testing.T) {
+	// Legacy, not an SDK server: the SDK server itself refuses a loopback
+	// request whose Host is not localhost (its own rebinding protection).
+	s := mcptest.Legacy(t)
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+	endpoint := "http://rebind.example:" + port
+	checkTime := mcpclient.EndpointPolicy{Resolver: fakeResolver{"rebind.example": {"93.184.216.34"}}}
+	if _, err := checkTime.Check(testContext(t), endpoint); err != nil {
+		t.Fatalf("at registration the name is public: %v", err)
+	}
+	c, rec := newClient(t, endpoint, func(c *mcpclient.Config) {
+		c.AllowHosts = nil
+		c.Resolver = fakeResolver{"rebind.example": {"127.0.0.1"}}
+	})
+	_, err := c.Handshake(testContext(t))
+	e := wantClass(t, err, mcpclient.ClassTransport)
+	if !errors.Is(err, mcpclient.ErrEndpointRefused) || !strings.Contains(e.Reason, "loopback") {
+		t.Errorf("err = %v, want a loopback refusal at dial time", err)
+	}
+	if len(s.Received()) != 0 || len(rec.all()) != 0 {
+		t.Error("the server was reached")
+	}
+
+	// Listed by name, the same dial goes through.
+	c, _ = newClient(t, endpoint, func(c *mcpclient.Config) {
+		c.AllowHosts = []string{"rebind.example"}
+		c.Resolver = fakeResolver{"rebind.example": {"127.0.0.1"}}
+	})
+	if _, err := c.Handshake(testContext(t)); err != nil {
+		t.Errorf("allowed by name: %v", err)
+	}
+}
