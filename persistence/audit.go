@@ -27,30 +27,6 @@ type AuditEvent struct {
 	OccurredAt time.Time
 }
 
-type auditRow struct {
-	EventID    uuid.UUID
-	TenantID   uuid.UUID
-	Kind       AuditKind
-	ServerID   uuid.UUID
-	ModuleName string
-	Version    string
-	Status     health.Status
-	From       health.Status
-	TraceID    string
-	At         time.Time
-}
-
-// insertAudit appends one audit event; it reports false if the event id already existed.
-func insertAudit(ctx context.Context, tx pgx.Tx, r auditRow) (bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), nullif($9, ''), $10) ON CONFLICT (event_id) DO NOTHING`,
-		r.EventID, r.TenantID, string(r.Kind), r.ServerID, r.ModuleName, r.Version, string(r.Status), string(r.From), r.TraceID, r.At)
-	if err != nil {
-		return false, fmt.Errorf("audit: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
 // AuditFilter selects audit events: of one server (or all when uuid.Nil), after a sequence number.
 type AuditFilter struct {
 	ServerID uuid.UUID

@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,14 +12,19 @@ import (
 	"github.com/mcpfleet/mcpfleet/health"
 )
 
-// A Command is one durable unit of work. The writer group-commits many commands in one transaction;
-// Apply runs inside that transaction, scopes it to the command's tenant itself (SetTenant), and stores
-// any result in the command. Apply must be idempotent for a command applied twice (after a retry whose
-// first COMMIT outcome was unknown).
+// A Command is one durable unit of work. The writer group-commits many commands in one transaction
+// and one round trip: Commit queues every command's statements into a single pipelined batch (each
+// command preceded by the set_config that scopes it to its tenant), then reads the results back in order.
+// A command's statements therefore must not depend on Go-side results of each other: they chain through
+// SQL (CTEs, subqueries). Read stores any result in the command. A command applied twice (a retry after
+// a COMMIT whose outcome was unknown) must change nothing the second time.
 type Command interface {
-	Apply(ctx context.Context, tx pgx.Tx) error
 	// Tenant is the tenant the command writes for.
 	Tenant() uuid.UUID
+	// Queue appends the command's statements to b.
+	Queue(b *pgx.Batch)
+	// Read consumes the results of the statements Queue appended, in order.
+	Read(br pgx.BatchResults) error
 }
 
 // Commit applies cmds in one transaction and commits. If the group fails, each command is retried in a
@@ -35,7 +39,9 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	if groupErr == nil {
 		return errs
 	}
-	if len(cmds) == 1 || IsTransient(groupErr) && ctx.Err() != nil {
+	if len(cmds) == 1 || IsTransient(groupErr) {
+		// A single command, or a failure of the connection rather than of one command: isolating the
+		// commands would only repeat it.
 		for i := range errs {
 			errs[i] = groupErr
 		}
@@ -53,13 +59,24 @@ func (s *Store) commitGroup(ctx context.Context, cmds []Command) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	b := &pgx.Batch{}
 	for _, c := range cmds {
-		if err := SetTenant(ctx, tx, c.Tenant()); err != nil {
+		b.Queue("SELECT set_config('auth.tenant_id', $1, true)", c.Tenant().String())
+		c.Queue(b)
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, c := range cmds {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("set tenant: %w", err)
+		}
+		if err := c.Read(br); err != nil {
+			br.Close()
 			return err
 		}
-		if err := c.Apply(ctx, tx); err != nil {
-			return err
-		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("batch: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -120,44 +137,48 @@ type RegisterCmd struct {
 // Tenant implements Command.
 func (c *RegisterCmd) Tenant() uuid.UUID { return c.TenantID }
 
-// Apply implements Command.
-func (c *RegisterCmd) Apply(ctx context.Context, tx pgx.Tx) error {
-	var prev string
-	err := tx.QueryRow(ctx, `SELECT status FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2`,
-		c.TenantID, c.ModuleName).Scan(&prev)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("register: %w", err)
-	}
+// Queue implements Command: one statement upserts the server, reads its previous status and appends
+// the audit event; two more upsert and orphan the advertised skills.
+func (c *RegisterCmd) Queue(b *pgx.Batch) {
 	var caps any
 	if len(c.Capabilities) > 0 {
 		caps = string(c.Capabilities)
 	}
-	var inserted bool
-	row := tx.QueryRow(ctx, `INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
-			capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'healthy', $7, $7, nullif($8, ''))
-		ON CONFLICT (tenant_id, module_name) DO UPDATE SET version = EXCLUDED.version,
-			supported_protocols = EXCLUDED.supported_protocols, capability_advertisement = EXCLUDED.capability_advertisement,
-			status = 'healthy', last_heartbeat_at = greatest(mcp_servers.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-			deregistered_at = NULL
-		RETURNING `+serverColumns+`, (xmax = 0)`,
-		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID)
+	b.Queue(`WITH prev AS (
+			SELECT status FROM mcp_servers WHERE tenant_id = $2 AND module_name = $3
+		), up AS (
+			INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
+				capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
+			VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'healthy', $7, $7, nullif($8, ''))
+			ON CONFLICT (tenant_id, module_name) DO UPDATE SET version = EXCLUDED.version,
+				supported_protocols = EXCLUDED.supported_protocols, capability_advertisement = EXCLUDED.capability_advertisement,
+				status = 'healthy', last_heartbeat_at = greatest(mcp_servers.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
+				deregistered_at = NULL
+			RETURNING `+serverColumns+`, (xmax = 0) AS inserted
+		), audit AS (
+			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
+			SELECT $9, up.tenant_id, 'mcp.server.registered', up.server_id, up.module_name, up.version, 'healthy',
+				(SELECT status FROM prev), nullif($8, ''), $7 FROM up
+			ON CONFLICT (event_id) DO NOTHING
+		)
+		SELECT up.*, coalesce((SELECT status FROM prev), '') FROM up`,
+		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID, c.EventID)
+	queueSkillUpsert(b, c.TenantID, c.ModuleName, c.Tools, true, c.At)
+}
+
+// Read implements Command.
+func (c *RegisterCmd) Read(br pgx.BatchResults) error {
 	var s Server
-	var status string
-	if err := row.Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
-		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID, &inserted); err != nil {
+	var status, prev string
+	var inserted bool
+	if err := br.QueryRow().Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
+		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID,
+		&inserted, &prev); err != nil {
 		return fmt.Errorf("register: %w", translate(err))
 	}
 	s.Status = health.Status(status)
 	c.Server, c.Created, c.From = s, inserted, health.Status(prev)
-	if err := upsertAdvertisedSkills(ctx, tx, c.TenantID, s.ServerID, c.Tools, true, c.At); err != nil {
-		return fmt.Errorf("register: %w", err)
-	}
-	if _, err := insertAudit(ctx, tx, auditRow{
-		EventID: c.EventID, TenantID: c.TenantID, Kind: KindRegistered, ServerID: s.ServerID,
-		ModuleName: s.ModuleName, Version: s.Version, Status: health.Healthy, From: c.From,
-		TraceID: c.TraceID, At: c.At,
-	}); err != nil {
+	if err := readSkillUpsert(br); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
 	return nil
@@ -185,43 +206,56 @@ type TransitionCmd struct {
 // Tenant implements Command.
 func (c *TransitionCmd) Tenant() uuid.UUID { return c.TenantID }
 
-// Apply implements Command.
-func (c *TransitionCmd) Apply(ctx context.Context, tx pgx.Tx) error {
-	kind := KindForTransition(c.To)
-	inserted, err := insertAudit(ctx, tx, auditRow{
-		EventID: c.EventID, TenantID: c.TenantID, Kind: kind, ServerID: c.ServerID, ModuleName: c.ModuleName,
-		Version: c.Version, Status: c.To, From: c.From, TraceID: c.TraceID, At: c.At,
-	})
-	if err != nil {
-		return fmt.Errorf("transition: %w", err)
-	}
-	c.Applied = inserted
-	if !inserted {
-		return nil
-	}
-	tag, err := tx.Exec(ctx, `UPDATE mcp_servers SET status = $2,
-			deregistered_at = CASE WHEN $2 = 'deregistered' THEN $3::timestamptz ELSE deregistered_at END,
-			last_heartbeat_at = greatest(last_heartbeat_at, coalesce($4::timestamptz, last_heartbeat_at))
-		WHERE server_id = $1`, c.ServerID, string(c.To), c.At, c.Evidence)
-	if err != nil {
-		return fmt.Errorf("transition: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("transition: %w", ErrNotFound)
-	}
+// Queue implements Command: one statement appends the audit event and, only if it was not there yet,
+// updates the status and writes the outbox row.
+func (c *TransitionCmd) Queue(b *pgx.Batch) {
+	var payload []byte
 	if c.To == health.Unhealthy {
-		payload, _ := json.Marshal(AlertPayload{
+		payload, _ = json.Marshal(AlertPayload{
 			EventID: c.EventID, Kind: "mcp.server.unhealthy", TenantID: c.TenantID, ServerID: c.ServerID,
 			ModuleName: c.ModuleName, Version: c.Version, From: c.From, Status: c.To,
 			LastEvidenceAt: c.LastEvidence.UTC(), OccurredAt: c.At.UTC(), TraceID: c.TraceID,
 		})
-		if _, err := tx.Exec(ctx, `INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
-			VALUES ($1, $2, $3, 'mcp.server.unhealthy', $4, nullif($5, ''), $6, $6) ON CONFLICT (event_id) DO NOTHING`,
-			c.EventID, c.TenantID, c.ServerID, payload, c.TraceID, c.At); err != nil {
-			return fmt.Errorf("transition: outbox: %w", err)
-		}
+	}
+	b.Queue(`WITH audit AS (
+			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), nullif($9, ''), $10)
+			ON CONFLICT (event_id) DO NOTHING RETURNING event_id
+		), up AS (
+			UPDATE mcp_servers SET status = $7,
+				deregistered_at = CASE WHEN $7 = 'deregistered' THEN $10::timestamptz ELSE deregistered_at END,
+				last_heartbeat_at = greatest(last_heartbeat_at, coalesce($11::timestamptz, last_heartbeat_at))
+			WHERE server_id = $4 AND EXISTS (SELECT 1 FROM audit)
+			RETURNING server_id
+		), outbox AS (
+			INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
+			SELECT $1, $2, $4, 'mcp.server.unhealthy', $12::jsonb, nullif($9, ''), $10, $10
+			WHERE $12::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM audit)
+			ON CONFLICT (event_id) DO NOTHING
+		)
+		SELECT (SELECT count(*) FROM audit), (SELECT count(*) FROM up)`,
+		c.EventID, c.TenantID, string(KindForTransition(c.To)), c.ServerID, c.ModuleName, c.Version, string(c.To),
+		string(c.From), c.TraceID, c.At, c.Evidence, nullJSON(payload))
+}
+
+// Read implements Command.
+func (c *TransitionCmd) Read(br pgx.BatchResults) error {
+	var audited, updated int
+	if err := br.QueryRow().Scan(&audited, &updated); err != nil {
+		return fmt.Errorf("transition: %w", translate(err))
+	}
+	c.Applied = audited == 1
+	if c.Applied && updated != 1 {
+		return fmt.Errorf("transition: %w", ErrNotFound)
 	}
 	return nil
+}
+
+func nullJSON(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
 }
 
 // SkillAvailabilityCmd sets available on every non-orphaned skill of the given servers of one tenant:
@@ -238,11 +272,16 @@ type SkillAvailabilityCmd struct {
 // Tenant implements Command.
 func (c *SkillAvailabilityCmd) Tenant() uuid.UUID { return c.TenantID }
 
-// Apply implements Command.
-func (c *SkillAvailabilityCmd) Apply(ctx context.Context, tx pgx.Tx) error {
-	tag, err := tx.Exec(ctx, `UPDATE skill_registry SET available = $2, updated_at = now()
+// Queue implements Command.
+func (c *SkillAvailabilityCmd) Queue(b *pgx.Batch) {
+	b.Queue(`UPDATE skill_registry SET available = $2, updated_at = now()
 		WHERE server_id = ANY($1::uuid[]) AND available <> $2 AND ($2 = false OR orphaned_at IS NULL)`,
 		c.ServerIDs, c.Available)
+}
+
+// Read implements Command.
+func (c *SkillAvailabilityCmd) Read(br pgx.BatchResults) error {
+	tag, err := br.Exec()
 	if err != nil {
 		return fmt.Errorf("skill availability: %w", err)
 	}

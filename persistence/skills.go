@@ -57,33 +57,40 @@ func (s *Store) ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([
 	return out, nil
 }
 
-// upsertAdvertisedSkills writes a server's advertised tools: new ones start disabled, existing ones keep
-// their enabled flag and become available (if available is true), vanished ones are orphaned (kept,
-// marked, unavailable). It runs inside the caller's tenant-scoped transaction.
-func upsertAdvertisedSkills(ctx context.Context, tx pgx.Tx, tenantID, serverID uuid.UUID, tools []Tool, available bool, at time.Time) error {
+// queueSkillUpsert queues the statements that write a server's advertised tools: new ones start
+// disabled, existing ones keep their enabled flag and become available (if available is true), vanished
+// ones are orphaned (kept, marked, unavailable). The server is found by (tenant, module name), so the
+// statements can follow its upsert in the same batch. readSkillUpsert reads their results.
+func queueSkillUpsert(b *pgx.Batch, tenantID uuid.UUID, moduleName string, tools []Tool, available bool, at time.Time) {
 	names := make([]string, len(tools))
 	descs := make([]string, len(tools))
 	schemas := make([]string, len(tools))
 	for i, t := range tools {
 		names[i], descs[i] = t.Name, t.Description
 		schemas[i] = "{}"
-		if len(t.InputSchema) > 0 {
+		if len(t.InputSchema) > 0 && string(t.InputSchema) != "null" {
 			schemas[i] = string(t.InputSchema)
 		}
 	}
-	if len(tools) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, description, input_schema, enabled, available, created_at, updated_at)
-			SELECT gen_random_uuid(), $1, $2, t.name, t.descr, t.schema::jsonb, false, $6, $7, $7
-			FROM unnest($3::text[], $4::text[], $5::text[]) AS t(name, descr, schema)
-			ON CONFLICT (server_id, name) DO UPDATE SET description = EXCLUDED.description,
-				input_schema = EXCLUDED.input_schema, available = $6, orphaned_at = NULL, updated_at = $7`,
-			tenantID, serverID, names, descs, schemas, available, at); err != nil {
-			return fmt.Errorf("upsert skills: %w", err)
-		}
+	b.Queue(`INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, description, input_schema, enabled, available, created_at, updated_at)
+		SELECT gen_random_uuid(), $1, m.server_id, t.name, t.descr, t.schema::jsonb, false, $6, $7, $7
+		FROM mcp_servers m, unnest($3::text[], $4::text[], $5::text[]) AS t(name, descr, schema)
+		WHERE m.tenant_id = $1 AND m.module_name = $2
+		ON CONFLICT (server_id, name) DO UPDATE SET description = EXCLUDED.description,
+			input_schema = EXCLUDED.input_schema, available = $6, orphaned_at = NULL, updated_at = $7`,
+		tenantID, moduleName, names, descs, schemas, available, at)
+	b.Queue(`UPDATE skill_registry k SET available = false, orphaned_at = $4, updated_at = $4
+		FROM mcp_servers m
+		WHERE m.tenant_id = $1 AND m.module_name = $2 AND k.server_id = m.server_id
+		  AND k.orphaned_at IS NULL AND NOT (k.name = ANY($3::text[]))`,
+		tenantID, moduleName, names, at)
+}
+
+func readSkillUpsert(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("upsert skills: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE skill_registry SET available = false, orphaned_at = $3, updated_at = $3
-		WHERE server_id = $1 AND orphaned_at IS NULL AND NOT (name = ANY($2::text[]))`,
-		serverID, names, at); err != nil {
+	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("orphan skills: %w", err)
 	}
 	return nil
