@@ -196,7 +196,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 				return
 			}
 			a.rec.registered = true
-			a.rec.row = cmd.Server
+			a.rec.row = slim(cmd.Server)
 			a.rec.lastEvidence = now
 			a.rec.pending = nil
 			a.rec.registrationTrace = carrier
@@ -330,6 +330,13 @@ func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
 	if rec.pending == cmd {
 		rec.pending = nil
 	}
+}
+
+// slim drops what the actor never needs from a row it keeps for the life of the server (the capability
+// advertisement can be kilobytes; 100,000 servers are held in memory).
+func slim(s persistence.Server) persistence.Server {
+	s.CapabilityAdvertisement = nil
+	return s
 }
 
 // cascadeFor returns the skill availability a committed transition must cascade, or nil.

@@ -232,7 +232,7 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
 			all = append(all, &serverRecord{
 				id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
-				registered: true, row: s,
+				registered: true, row: slim(s),
 				registrationTrace: carrierFromTraceID(s.TraceID),
 			})
 			return nil

@@ -249,6 +249,10 @@ func (s *Server) deregister(c *gin.Context) error {
 	if err != nil {
 		return fleetError(err)
 	}
+	// The actor keeps a slim copy of the row; answer with the committed row when the database answers.
+	if full, err := s.store.GetServer(ctx, p.TenantID, id); err == nil {
+		srv = full
+	}
 	c.JSON(http.StatusOK, serverJSON(srv))
 	return nil
 }
