@@ -115,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/mcp/servers/:server_id", s.handle(readers, s.getServer))
 	v1.GET("/mcp/servers/:server_id/skills", s.handle(readers, s.listSkills))
 	v1.GET("/mcp/audit", s.handle(ops, s.listAudit))
+	s.registerChaos(r) // POST /chaos/crash, only in binaries built with -tags chaos
 	return r
 }
 
