@@ -37,7 +37,11 @@ type alertsActor struct {
 	sweeping bool
 	again    bool
 	warned   bool
+	flushers []*actor.PID
 }
+
+// flushAlerts asks for one full sweep of the outbox; it is answered with *drained when done.
+type flushAlerts struct{}
 
 type alertStore interface {
 	TenantIDs(ctx context.Context) ([]uuid.UUID, error)
@@ -72,12 +76,28 @@ func (a *alertsActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.startSweep(ctx)
+	case *flushAlerts:
+		if a.url == "" {
+			ctx.Respond(&drained{})
+			return
+		}
+		a.flushers = append(a.flushers, ctx.Sender())
+		if a.sweeping {
+			a.again = true
+			return
+		}
+		a.startSweep(ctx)
 	case *sweepDone:
 		a.sweeping = false
 		if a.again {
 			a.again = false
 			a.startSweep(ctx)
+			return
 		}
+		for _, p := range a.flushers {
+			ctx.Send(p, &drained{})
+		}
+		a.flushers = nil
 	}
 }
 

@@ -99,6 +99,7 @@ func (r *monitorRound) done() {
 
 type monitorTick struct {
 	round *monitorRound
+	auto  bool // sent by the periodic ticker: its lateness is measured as monitor stall
 }
 
 // tickChunk continues a tick's fan-out, so a large fleet does not hold the fleet actor's mailbox.

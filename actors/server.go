@@ -28,6 +28,9 @@ type serverRecord struct {
 	registered   bool               // false until the first registration has committed
 	row          persistence.Server // the committed view of the row, for answers
 	lastEvidence time.Time          // on the service clock (monotonic in production)
+	// stallAtEvidence is the monitor's accumulated stall when lastEvidence was taken.
+	stallAtEvidence time.Duration
+	flaps           flapTracker
 
 	registrationTrace  telemetry.Carrier
 	lastHeartbeatTrace telemetry.Carrier
@@ -48,6 +51,9 @@ type serverDeps struct {
 	stamper      *actor.PID
 	skills       *actor.PID
 	alerts       *actor.PID
+	stall        *stallClock
+	flap         FlapConfig
+	massSilence  bool
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -198,6 +204,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			a.rec.registered = true
 			a.rec.row = slim(cmd.Server)
 			a.rec.lastEvidence = now
+			a.rec.stallAtEvidence = a.deps.stall.now()
 			a.rec.pending = nil
 			a.rec.registrationTrace = carrier
 			a.rec.lastHeartbeatTrace = carrier
@@ -214,6 +221,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	}
 	if now.After(rec.lastEvidence) {
 		rec.lastEvidence = now
+		rec.stallAtEvidence = a.deps.stall.now()
 	}
 	rec.lastHeartbeatTrace = msg.trace
 	wall := now.UTC()
@@ -261,7 +269,8 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 	})
 }
 
-// evaluate is the monitor's check of this server: lag of the last evidence against 2H and 3H.
+// evaluate is the monitor's check of this server: lag of the last evidence against 2H and 3H. The lag
+// excludes the time the monitor itself was stalled since that evidence (the self-health guard).
 func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 	rec := a.rec
 	if !rec.registered {
@@ -269,12 +278,41 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 		return
 	}
 	now := a.deps.clock.Now()
-	lag := now.Sub(rec.lastEvidence)
+	lag := now.Sub(rec.lastEvidence) - (a.deps.stall.now() - rec.stallAtEvidence)
 	to, changed := a.deps.thresholds.MonitorVerdict(rec.row.Status, lag)
 	if !changed {
 		round.done()
 		return
 	}
+	if to != health.Unhealthy || !a.deps.massSilence {
+		a.transition(ctx, to, now, lag, round)
+		return
+	}
+	// The mass-silence guard: too many of this tenant's servers turning unhealthy in one period are
+	// held at degraded and released at a bounded rate. If the fleet does not answer, the seed's rule holds.
+	a.busy = true
+	fut := ctx.RequestFuture(ctx.Parent(), &permitMsg{tenantID: rec.tenantID}, a.deps.writeTimeout)
+	ctx.ReenterAfter(fut, func(res any, err error) {
+		a.busy = false
+		granted := true
+		if r, ok := res.(*permitReply); ok && err == nil {
+			granted = r.granted
+		}
+		switch {
+		case granted:
+			a.transition(ctx, health.Unhealthy, now, lag, round)
+		case rec.row.Status == health.Healthy:
+			a.transition(ctx, health.Degraded, now, lag, round) // held at degraded
+		default:
+			round.done()
+			a.idle(ctx)
+		}
+	})
+}
+
+// transition persists a monitor-driven transition to status to.
+func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.Time, lag time.Duration, round *monitorRound) {
+	rec := a.rec
 	// A monitor-driven transition has no request behind it: it starts its own trace, linked to the
 	// server's last heartbeat and its registration.
 	var links []trace.Link
@@ -289,6 +327,8 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 	cmd := a.transitionCmd(to, carrier, now)
 	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To {
 		cmd = p // same decision as one whose commit answer was lost: same event id, idempotent
+	} else {
+		a.alertFor(cmd)
 	}
 	rec.pending = cmd
 	a.persist(ctx, cmd, cascadeFor(cmd), carrier, func(ctx actor.Context, err error) {
@@ -300,7 +340,7 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 			return
 		}
 		a.applyTransition(cmd)
-		if cmd.To == health.Unhealthy {
+		if cmd.AlertKind != "" {
 			ctx.Send(a.deps.alerts, &alertQueued{})
 		}
 	})
@@ -315,6 +355,27 @@ func (a *serverActor) transitionCmd(to health.Status, trc telemetry.Carrier, now
 	}
 }
 
+// alertFor decides the alert a transition to unhealthy raises: the first ones alert as unhealthy; once
+// the server is flapping (Threshold transitions within Window, this one included) it raises one
+// flapping alert for the episode and then none until the episode ends.
+func (a *serverActor) alertFor(cmd *persistence.TransitionCmd) {
+	if cmd.To != health.Unhealthy {
+		return
+	}
+	f := &a.rec.flaps
+	f.prune(cmd.At, a.deps.flap.Window)
+	n := len(f.times) + 1
+	cmd.FlapCount = n
+	switch {
+	case n < a.deps.flap.Threshold:
+		cmd.AlertKind = persistence.AlertUnhealthy
+	case !f.alerted:
+		cmd.AlertKind = persistence.AlertFlapping
+	default:
+		cmd.AlertKind = "" // already alerted for this flapping episode
+	}
+}
+
 // evidenceWall converts the last evidence (a service-clock reading) to wall time for the alert.
 func (a *serverActor) evidenceWall(now time.Time) time.Time {
 	return now.UTC().Add(-now.Sub(a.rec.lastEvidence))
@@ -322,6 +383,13 @@ func (a *serverActor) evidenceWall(now time.Time) time.Time {
 
 func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
 	rec := a.rec
+	if cmd.To != health.Deregistered {
+		rec.flaps.record(cmd.At, a.deps.flap.Window)
+		if cmd.AlertKind == persistence.AlertFlapping {
+			rec.flaps.alerted = true
+			a.deps.log.Warn("server is flapping: one alert for the episode", "server_id", rec.id, "transitions", cmd.FlapCount)
+		}
+	}
 	rec.row.Status = cmd.To
 	if cmd.To == health.Deregistered {
 		at := cmd.At

@@ -28,7 +28,8 @@ import (
 // Config configures the actor system. Zero durations take the documented defaults.
 type Config struct {
 	HeartbeatInterval  time.Duration // H; default 10 s
-	MonitorInterval    time.Duration // monitor period; default 5 s; negative: no automatic ticks (tests call RunMonitor)
+	MonitorInterval    time.Duration // monitor period; default 5 s
+	ManualMonitor      bool          // no automatic ticks: the caller runs RunMonitor or Tick (tests)
 	StampFlushInterval time.Duration // heartbeat stamp window; default 500 ms (bounded: ≤ 1 s)
 	StampBatchMax      int           // flush early at this many servers; default 5000
 	WriteTimeout       time.Duration // how long a durable command may take to commit; default 5 s
@@ -39,6 +40,8 @@ type Config struct {
 	AlertInterval      time.Duration // outbox sweep period; default 5 s
 	AlertWebhookURL    string
 	AlertWebhookSecret string
+	Flap               FlapConfig        // flapping detection; defaults 15 min, 4 transitions
+	MassSilence        MassSilenceConfig // off unless Fraction > 0
 }
 
 func (c *Config) defaults() {
@@ -62,6 +65,13 @@ func (c *Config) defaults() {
 	}
 	if c.WriterMaxPending <= 0 {
 		c.WriterMaxPending = 10000
+	}
+	def(&c.Flap.Window, 15*time.Minute)
+	if c.Flap.Threshold <= 0 {
+		c.Flap.Threshold = 4
+	}
+	if c.MassSilence.Min <= 0 {
+		c.MassSilence.Min = 10
 	}
 }
 
@@ -193,8 +203,9 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 	sdeps := &serverDeps{
 		clock: deps.Clock, thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, writeTimeout: cfg.WriteTimeout,
 		log: log, tracer: deps.Tracer, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
+		stall: &stallClock{}, flap: cfg.Flap, massSilence: cfg.MassSilence.Fraction > 0,
 	}
-	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, deps.OnEvent)); err != nil {
+	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent)); err != nil {
 		return nil, err
 	}
 
@@ -209,8 +220,8 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 		log.Warn("skill cascade repaired at start", "skills", n)
 	}
 
-	if cfg.MonitorInterval > 0 {
-		f.timers = append(f.timers, every(system, cfg.MonitorInterval, f.fleet, &monitorTick{}))
+	if !cfg.ManualMonitor {
+		f.timers = append(f.timers, every(system, cfg.MonitorInterval, f.fleet, &monitorTick{auto: true}))
 	}
 	f.timers = append(f.timers,
 		every(system, cfg.StampFlushInterval, f.stamper, &stampTick{}),
@@ -344,10 +355,16 @@ func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 
 // RunMonitor runs one monitor pass now and returns when every server has evaluated it and committed
 // what it decided (transition, audit, outbox, skill cascade). Tests drive the fake clock with it.
-func (f *Fleet) RunMonitor(ctx context.Context) error {
+func (f *Fleet) RunMonitor(ctx context.Context) error { return f.runRound(ctx, false) }
+
+// Tick runs one monitor pass as the periodic ticker does — including the self-health check that
+// measures how late the tick is — and waits for it like RunMonitor.
+func (f *Fleet) Tick(ctx context.Context) error { return f.runRound(ctx, true) }
+
+func (f *Fleet) runRound(ctx context.Context, auto bool) error {
 	round := &monitorRound{}
 	round.wg.Add(1) // held until the fleet has added one count per server
-	f.system.Root.Send(f.fleet, &monitorTick{round: round})
+	f.system.Root.Send(f.fleet, &monitorTick{round: round, auto: auto})
 	done := make(chan struct{})
 	go func() { round.wg.Wait(); close(done) }()
 	// The fleet adds its counts while handling the tick; a ping behind it in the mailbox proves it has.
@@ -374,6 +391,10 @@ func (f *Fleet) Stop(ctx context.Context) error {
 		if _, err := f.ask(ctx, pid, &drainMsg{}); err != nil {
 			errs = append(errs, fmt.Errorf("drain %s: %w", pid.Id, err))
 		}
+	}
+	// One last delivery attempt of the outbox; what is not delivered stays in it for the next start.
+	if _, err := f.ask(ctx, f.alerts, &flushAlerts{}); err != nil {
+		f.log.Warn("alerts not flushed at shutdown; they stay in the outbox", "err", err)
 	}
 	f.system.Shutdown()
 	return errors.Join(errs...)

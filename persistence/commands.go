@@ -199,6 +199,11 @@ type TransitionCmd struct {
 	Evidence   *time.Time // for a recovery: the heartbeat that caused it, written to last_heartbeat_at
 	// LastEvidence is the last liveness evidence before the transition, carried in the alert.
 	LastEvidence time.Time
+	// AlertKind is the alert the transition raises through the outbox, in the same transaction:
+	// AlertUnhealthy, AlertFlapping, or "" for none (a flapping server's later transitions).
+	AlertKind string
+	// FlapCount is how many transitions the server made in the flapping window, for the alert.
+	FlapCount int
 
 	Applied bool // result: false if the event had already been applied
 }
@@ -210,11 +215,11 @@ func (c *TransitionCmd) Tenant() uuid.UUID { return c.TenantID }
 // updates the status and writes the outbox row.
 func (c *TransitionCmd) Queue(b *pgx.Batch) {
 	var payload []byte
-	if c.To == health.Unhealthy {
+	if c.AlertKind != "" {
 		payload, _ = json.Marshal(AlertPayload{
-			EventID: c.EventID, Kind: "mcp.server.unhealthy", TenantID: c.TenantID, ServerID: c.ServerID,
+			EventID: c.EventID, Kind: c.AlertKind, TenantID: c.TenantID, ServerID: c.ServerID,
 			ModuleName: c.ModuleName, Version: c.Version, From: c.From, Status: c.To,
-			LastEvidenceAt: c.LastEvidence.UTC(), OccurredAt: c.At.UTC(), TraceID: c.TraceID,
+			LastEvidenceAt: c.LastEvidence.UTC(), OccurredAt: c.At.UTC(), TraceID: c.TraceID, FlapCount: c.FlapCount,
 		})
 	}
 	b.Queue(`WITH audit AS (
@@ -229,7 +234,7 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 			RETURNING server_id
 		), outbox AS (
 			INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
-			SELECT $1, $2, $4, 'mcp.server.unhealthy', $12::jsonb, nullif($9, ''), $10, $10
+			SELECT $1, $2, $4, $12::jsonb->>'kind', $12::jsonb, nullif($9, ''), $10, $10
 			WHERE $12::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM audit)
 			ON CONFLICT (event_id) DO NOTHING
 		)

@@ -26,7 +26,15 @@ type AlertPayload struct {
 	LastEvidenceAt time.Time     `json:"last_evidence_at"`
 	OccurredAt     time.Time     `json:"occurred_at"`
 	TraceID        string        `json:"trace_id"`
+	FlapCount      int           `json:"flap_count,omitempty"`
 }
+
+// The kinds of alert.
+const (
+	AlertUnhealthy   = "mcp.server.unhealthy"   // a server turned unhealthy
+	AlertFlapping    = "mcp.server.flapping"    // a server keeps turning unhealthy: one alert for the episode
+	AlertMassSilence = "mcp.fleet.mass_silence" // the mass-silence guard is holding servers at degraded
+)
 
 // Alert is a pending outbox row.
 type Alert struct {

@@ -527,17 +527,7 @@ func TestAC18_HealthCheckPathIsInMemory(t *testing.T) {
 	h := newHarness(t)
 	id := h.register("calendar")
 	h.mustHeartbeat(id) // warms the key cache
-	admin := h.db.AdminPool(t)
-	ctx := context.Background()
-	if _, err := admin.Exec(ctx, "REVOKE CONNECT ON DATABASE "+pgx.Identifier{h.db.Name}.Sanitize()+" FROM PUBLIC"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.db.Name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{h.db.Name}.Sanitize()+" TO PUBLIC")
-	})
+	restore := revokeAppRole(t, h)
 	for range 20 {
 		if r := h.heartbeat(id); r.status != 200 {
 			t.Fatalf("heartbeat while the database refuses the app role: %d %s", r.status, r.body)
@@ -546,9 +536,25 @@ func TestAC18_HealthCheckPathIsInMemory(t *testing.T) {
 	if r := h.do("GET", "/v1/mcp/servers/"+id, h.module(), nil); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("a read while the database is away: %d, want 503", r.status)
 	}
-	if _, err := admin.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{h.db.Name}.Sanitize()+" TO PUBLIC"); err != nil {
+	restore()
+}
+
+// revokeAppRole makes the database refuse the app role (CONNECT revoked, its sessions terminated), as a
+// database outage looks to the service; the returned func, also run at cleanup, restores it.
+func revokeAppRole(t *testing.T, h *harness) (restore func()) {
+	t.Helper()
+	admin := h.db.AdminPool(t)
+	ctx := context.Background()
+	db := pgx.Identifier{h.db.Name}.Sanitize()
+	if _, err := admin.Exec(ctx, "REVOKE CONNECT ON DATABASE "+db+" FROM PUBLIC"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.db.Name); err != nil {
+		t.Fatal(err)
+	}
+	restore = func() { _, _ = admin.Exec(ctx, "GRANT CONNECT ON DATABASE "+db+" TO PUBLIC") }
+	t.Cleanup(restore)
+	return restore
 }
 
 func TestAC19_ObsAlertOnUnhealthy(t *testing.T) {

@@ -13,18 +13,22 @@ import (
 // Config is the whole configuration of mcpfleet, parsed once from the environment (and flags, which
 // the command applies on top) and then narrowed into each package's own config.
 type Config struct {
-	DatabaseURL        string        // MCPFLEET_DATABASE_URL: runtime connection, as the app role
-	AdminDatabaseURL   string        // MCPFLEET_ADMIN_DATABASE_URL: owner connection (migrate, tenant, apikey)
-	HTTPAddr           string        // MCPFLEET_HTTP_ADDR, default 127.0.0.1:8080
-	HeartbeatInterval  time.Duration // MCPFLEET_HEARTBEAT_INTERVAL, default 10s
-	MonitorInterval    time.Duration // MCPFLEET_MONITOR_INTERVAL, default 5s
-	StampFlushInterval time.Duration // MCPFLEET_STAMP_FLUSH_INTERVAL, default 500ms, at most 1s
-	WriteTimeout       time.Duration // MCPFLEET_WRITE_TIMEOUT, default 5s
-	AlertWebhookURL    string        // MCPFLEET_ALERT_WEBHOOK_URL
-	AlertWebhookSecret string        // MCPFLEET_ALERT_WEBHOOK_SECRET
-	LogLevel           slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
-	TraceExport        bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
-	DBMaxConns         int32         // MCPFLEET_DB_MAX_CONNS, default 8
+	DatabaseURL         string        // MCPFLEET_DATABASE_URL: runtime connection, as the app role
+	AdminDatabaseURL    string        // MCPFLEET_ADMIN_DATABASE_URL: owner connection (migrate, tenant, apikey)
+	HTTPAddr            string        // MCPFLEET_HTTP_ADDR, default 127.0.0.1:8080
+	HeartbeatInterval   time.Duration // MCPFLEET_HEARTBEAT_INTERVAL, default 10s
+	MonitorInterval     time.Duration // MCPFLEET_MONITOR_INTERVAL, default 5s
+	StampFlushInterval  time.Duration // MCPFLEET_STAMP_FLUSH_INTERVAL, default 500ms, at most 1s
+	WriteTimeout        time.Duration // MCPFLEET_WRITE_TIMEOUT, default 5s
+	AlertWebhookURL     string        // MCPFLEET_ALERT_WEBHOOK_URL
+	AlertWebhookSecret  string        // MCPFLEET_ALERT_WEBHOOK_SECRET
+	LogLevel            slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
+	TraceExport         bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
+	DBMaxConns          int32         // MCPFLEET_DB_MAX_CONNS, default 8
+	FlapWindow          time.Duration // MCPFLEET_FLAP_WINDOW, default 15m
+	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
+	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
+	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
 }
 
 // FromEnv reads the configuration from getenv, applies defaults and validates it.
@@ -56,6 +60,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	dur("MCPFLEET_MONITOR_INTERVAL", 5*time.Second, &c.MonitorInterval)
 	dur("MCPFLEET_STAMP_FLUSH_INTERVAL", 500*time.Millisecond, &c.StampFlushInterval)
 	dur("MCPFLEET_WRITE_TIMEOUT", 5*time.Second, &c.WriteTimeout)
+	dur("MCPFLEET_FLAP_WINDOW", 15*time.Minute, &c.FlapWindow)
+	num := func(name string, def, lo, hi float64, dst *float64) {
+		*dst = def
+		if v := getenv(name); v != "" {
+			if _, err := fmt.Sscan(v, dst); err != nil || *dst < lo || *dst > hi {
+				errs = append(errs, fmt.Errorf("%s=%q: want a number from %g to %g", name, v, lo, hi))
+			}
+		}
+	}
+	var flapThreshold, msMin float64
+	num("MCPFLEET_FLAP_THRESHOLD", 4, 2, 1000, &flapThreshold)
+	num("MCPFLEET_MASS_SILENCE_FRACTION", 0, 0, 1, &c.MassSilenceFraction)
+	num("MCPFLEET_MASS_SILENCE_MIN", 10, 1, 1e9, &msMin)
+	c.FlapThreshold, c.MassSilenceMin = int(flapThreshold), int(msMin)
 	if v := getenv("MCPFLEET_LOG_LEVEL"); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("MCPFLEET_LOG_LEVEL=%q: want debug, info, warn or error", v))

@@ -70,13 +70,11 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		s.store.Close()
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
-	monitor := cfg.MonitorInterval
-	if opt.ManualMonitor {
-		monitor = -1
-	}
 	s.fleet, err = actors.Start(ctx, actors.Config{
-		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: monitor, StampFlushInterval: cfg.StampFlushInterval,
+		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: cfg.MonitorInterval, ManualMonitor: opt.ManualMonitor, StampFlushInterval: cfg.StampFlushInterval,
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
+		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
+		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
 	}, s.store, actors.Deps{Clock: opt.Clock, Log: log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent})
 	if err != nil {
 		s.store.Close()

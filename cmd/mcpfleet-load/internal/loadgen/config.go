@@ -1,0 +1,214 @@
+// Package loadgen is the mcpfleet load generator behind cmd/mcpfleet-load:
+// it simulates N modules over real HTTP against a running service
+// (registration, steady heartbeats on a timing wheel, a closed-loop peak),
+// measures the same closed loop against a no-op gin server in a child
+// process for a ceiling, reads the service's RSS, and writes a Markdown
+// report and a JSON summary.
+//
+// Every phase is bounded in time and in count, and stops by itself. Only
+// loopback addresses are targeted unless AllowRemote is set.
+package loadgen
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is the load generator's configuration, from flags and environment.
+type Config struct {
+	BaseURL        string
+	APIKey         string
+	ReadKey        string
+	N              int
+	Interval       time.Duration
+	Jitter         time.Duration
+	Ramp           int
+	Duration       time.Duration
+	Connections    int
+	PeakWorkers    int
+	PeakDuration   time.Duration
+	Ceiling        bool
+	ServicePID     int
+	ReportPath     string
+	JSON           bool
+	AllowRemote    bool
+	Deregister     bool
+	ModulePrefix   string
+	RequestTimeout time.Duration
+	MaxRuntime     time.Duration
+	Progress       time.Duration
+	Strict         bool
+	Seed           uint64
+	CPUProfile     string
+
+	// SelfExe is the executable re-run as "noop-server" for the ceiling
+	// phase. Not a flag: Main sets it to os.Executable().
+	SelfExe string
+}
+
+// EnvPrefix prefixes the environment variable of every flag: --base-url is
+// also MCPFLEET_LOAD_BASE_URL. A flag on the command line wins.
+const EnvPrefix = "MCPFLEET_LOAD_"
+
+// envName returns the environment variable for a flag name.
+func envName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// relDuration is a duration flag whose default is a fraction of another
+// setting, resolved after parsing.
+type relDuration struct {
+	d    time.Duration
+	set  bool
+	desc string
+}
+
+func (r *relDuration) String() string {
+	if r == nil || !r.set {
+		if r != nil {
+			return r.desc
+		}
+		return ""
+	}
+	return r.d.String()
+}
+
+func (r *relDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	r.d, r.set = d, true
+	return nil
+}
+
+func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("mcpfleet-load", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:8080", "service base URL (loopback only unless --allow-remote)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "module API key (Bearer) used to register and heartbeat; required")
+	fs.StringVar(&cfg.ReadKey, "read-key", "", "API key for the GET /v1/mcp/servers sweeps (default: --api-key)")
+	fs.IntVar(&cfg.N, "n", 100_000, "number of simulated modules")
+	fs.DurationVar(&cfg.Interval, "interval", 10*time.Second, "heartbeat interval H")
+	fs.Var(jitter, "jitter", "heartbeat jitter: each beat lands within ±jitter of its slot (at most H/4)")
+	fs.IntVar(&cfg.Ramp, "ramp", 5000, "registrations (and deregistrations) per second; 0 = as fast as the connections allow")
+	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "length of the steady phase")
+	fs.IntVar(&cfg.Connections, "connections", 128, "HTTP connections (and workers) per pool: registration, heartbeats")
+	fs.IntVar(&cfg.PeakWorkers, "peak-workers", 64, "closed-loop workers for the peak and ceiling phases")
+	fs.DurationVar(&cfg.PeakDuration, "peak-duration", 10*time.Second, "length of the peak and ceiling phases; 0 skips both")
+	fs.BoolVar(&cfg.Ceiling, "ceiling", true, "measure the no-op gin ceiling in a child process")
+	fs.IntVar(&cfg.ServicePID, "service-pid", 0, "pid of the service, to report its RSS growth per server (0: not measured)")
+	fs.StringVar(&cfg.ReportPath, "report", "", "write the Markdown report to this file")
+	fs.BoolVar(&cfg.JSON, "json", false, "print a JSON summary on stdout")
+	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback base URL")
+	fs.BoolVar(&cfg.Deregister, "deregister", true, "deregister every module at the end")
+	fs.StringVar(&cfg.ModulePrefix, "module-prefix", "load", "module names are PREFIX-0000001, PREFIX-0000002, …")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 5*time.Second, "timeout of one request")
+	fs.DurationVar(&cfg.MaxRuntime, "max-runtime", 30*time.Minute, "hard limit on the whole run")
+	fs.DurationVar(&cfg.Progress, "progress", 5*time.Second, "interval of progress lines on stderr")
+	fs.BoolVar(&cfg.Strict, "strict", false, "exit with an error when a target is not met")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the heartbeat jitter")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
+	return fs
+}
+
+// ErrHelp is returned by ParseConfig for -h / --help (usage was printed).
+var ErrHelp = flag.ErrHelp
+
+// ParseConfig parses args (without the program name) over the environment
+// (getenv) over the defaults, and validates the result. Usage and flag
+// errors are printed to out.
+func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	var cfg Config
+	jitter := &relDuration{desc: "H/10"}
+	fs := newFlagSet(&cfg, jitter, out)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.ReadKey == "" {
+		cfg.ReadKey = cfg.APIKey
+	}
+	cfg.Jitter = jitter.d
+	if !jitter.set {
+		cfg.Jitter = cfg.Interval / 10
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks the configuration's ranges and that the target is
+// loopback (unless AllowRemote).
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.APIKey != "", "--api-key is required (or %s)", envName("api-key"))
+	check(c.N >= 1 && c.N <= 10_000_000, "--n must be 1 to 10,000,000, got %d", c.N)
+	check(c.Interval >= 50*time.Millisecond && c.Interval <= time.Hour, "--interval must be 50ms to 1h, got %s", c.Interval)
+	check(c.Jitter >= 0 && c.Jitter <= c.Interval/4, "--jitter must be 0 to interval/4 (%s), got %s", c.Interval/4, c.Jitter)
+	check(c.Ramp >= 0, "--ramp must not be negative")
+	check(c.Duration >= 0 && c.Duration <= 24*time.Hour, "--duration must be 0 to 24h, got %s", c.Duration)
+	check(c.Connections >= 1 && c.Connections <= 4096, "--connections must be 1 to 4096, got %d", c.Connections)
+	check(c.PeakWorkers >= 1 && c.PeakWorkers <= 4096, "--peak-workers must be 1 to 4096, got %d", c.PeakWorkers)
+	check(c.PeakDuration >= 0 && c.PeakDuration <= time.Hour, "--peak-duration must be 0 to 1h, got %s", c.PeakDuration)
+	check(c.ServicePID >= 0, "--service-pid must not be negative")
+	check(c.RequestTimeout > 0, "--request-timeout must be positive")
+	check(c.MaxRuntime > 0, "--max-runtime must be positive")
+	check(c.Progress > 0, "--progress must be positive")
+	check(c.ModulePrefix != "", "--module-prefix must not be empty")
+	if err := checkTarget(c.BaseURL, c.AllowRemote); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkTarget refuses a base URL that is not http(s) on a loopback host
+// (localhost, 127.0.0.0/8, ::1) unless allowRemote. Names other than
+// localhost are not resolved: they are refused.
+func checkTarget(raw string, allowRemote bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("--base-url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("--base-url %q: scheme must be http or https", raw)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("--base-url %q: no host", raw)
+	}
+	if allowRemote || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--base-url %q is not a loopback address; pass --allow-remote to target it", raw)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,82 @@
+package loadgen_test
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/cmd/mcpfleet-load/internal/loadgen"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaultsEnvAndFlags(t *testing.T) {
+	cfg, err := loadgen.ParseConfig([]string{"--api-key", "k"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if cfg.N != 100_000 || cfg.Interval != 10*time.Second || cfg.BaseURL != "http://127.0.0.1:8080" ||
+		cfg.ReadKey != "k" || !cfg.Ceiling || !cfg.Deregister {
+		t.Errorf("defaults = %+v", cfg)
+	}
+
+	cfg, err = loadgen.ParseConfig([]string{"--n", "7"}, env(map[string]string{
+		"MCPFLEET_LOAD_API_KEY":  "from-env",
+		"MCPFLEET_LOAD_N":        "5",
+		"MCPFLEET_LOAD_INTERVAL": "2s",
+		"MCPFLEET_LOAD_BASE_URL": "http://localhost:9999",
+		"MCPFLEET_LOAD_READ_KEY": "reader",
+	}), io.Discard)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if cfg.APIKey != "from-env" || cfg.N != 7 || cfg.Interval != 2*time.Second || cfg.ReadKey != "reader" ||
+		cfg.BaseURL != "http://localhost:9999" {
+		t.Errorf("env then flags = %+v (want the flag to win for --n)", cfg)
+	}
+
+	if _, err := loadgen.ParseConfig([]string{"-h"}, env(nil), io.Discard); !errors.Is(err, loadgen.ErrHelp) {
+		t.Errorf("-h: err = %v, want ErrHelp", err)
+	}
+	if _, err := loadgen.ParseConfig(nil, env(map[string]string{"MCPFLEET_LOAD_N": "many"}), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "MCPFLEET_LOAD_N") {
+		t.Errorf("bad env value: err = %v", err)
+	}
+}
+
+func TestParseConfigValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // "" for valid
+	}{
+		{"loopback v4", []string{"--base-url", "http://127.0.0.1:1"}, ""},
+		{"loopback range", []string{"--base-url", "http://127.9.8.7:1"}, ""},
+		{"loopback v6", []string{"--base-url", "http://[::1]:1"}, ""},
+		{"localhost", []string{"--base-url", "https://localhost:1"}, ""},
+		{"private address refused", []string{"--base-url", "http://10.0.0.1:8080"}, "not a loopback"},
+		{"host name refused", []string{"--base-url", "http://example.com"}, "not a loopback"},
+		{"remote allowed explicitly", []string{"--base-url", "http://192.168.1.5:8080", "--allow-remote"}, ""},
+		{"bad scheme", []string{"--base-url", "ftp://127.0.0.1"}, "scheme"},
+		{"no key", []string{"--api-key", ""}, "--api-key is required"},
+		{"jitter too large", []string{"--interval", "1s", "--jitter", "300ms"}, "--jitter"},
+		{"zero modules", []string{"--n", "0"}, "--n"},
+		{"no connections", []string{"--connections", "0"}, "--connections"},
+		{"stray argument", []string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadgen.ParseConfig(append([]string{"--api-key", "k"}, tt.args...), env(nil), io.Discard)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("err = %v, want none", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("err = %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,316 @@
+package loadgen_test
+
+// End-to-end runs of the load phases against fleetclienttest, an in-memory
+// stand-in for the mcpfleet service's module API (the real service lives
+// elsewhere; the benchmark against it is run separately), with small N and
+// a short H.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/cmd/mcpfleet-load/internal/loadgen"
+	"github.com/mcpfleet/mcpfleet/fleetclient"
+	"github.com/mcpfleet/mcpfleet/fleetclient/fleetclienttest"
+)
+
+// syncBuffer is a bytes.Buffer safe to write and read concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func smallConfig(baseURL, key string) loadgen.Config {
+	return loadgen.Config{
+		BaseURL:        baseURL,
+		APIKey:         key,
+		ReadKey:        key,
+		N:              200,
+		Interval:       500 * time.Millisecond,
+		Jitter:         50 * time.Millisecond,
+		Ramp:           2000,
+		Duration:       2 * time.Second,
+		Connections:    16,
+		PeakWorkers:    8,
+		PeakDuration:   500 * time.Millisecond,
+		Ceiling:        false,
+		Deregister:     true,
+		ModulePrefix:   "load",
+		RequestTimeout: 5 * time.Second,
+		MaxRuntime:     time.Minute,
+		Progress:       250 * time.Millisecond,
+		Seed:           1,
+	}
+}
+
+func TestRunEndToEnd(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond, MonitorPeriod: 25 * time.Millisecond})
+	cfg := smallConfig(fake.URL, fake.APIKey)
+	cfg.Ceiling = true
+	cfg.SelfExe = os.Args[0] // TestMain serves "noop-server"
+	cfg.ServicePID = os.Getpid()
+	cfg.JSON = true
+	cfg.ReportPath = filepath.Join(t.TempDir(), "report.md")
+
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := loadgen.RunAndReport(ctx, cfg, &stdout, &stderr); err != nil {
+		t.Fatalf("RunAndReport: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Logf("stderr:\n%s", stderr.String())
+
+	var s loadgen.Summary
+	if err := json.Unmarshal([]byte(stdout.String()), &s); err != nil {
+		t.Fatalf("JSON summary: %v\n%s", err, stdout.String())
+	}
+	if s.Registration.Registered != 200 || s.Registration.Created != 200 || s.Registration.Errors.Total != 0 {
+		t.Errorf("registration = %+v", s.Registration)
+	}
+	// 200 modules every 500 ms: 400 heartbeats/s.
+	if r := s.Steady.RatePerSecond; r < 300 || r > 500 {
+		t.Errorf("steady rate = %.0f/s, want about 400", r)
+	}
+	if s.Steady.Errors.Total != 0 || s.Warmup.Errors.Total != 0 {
+		t.Errorf("heartbeat errors: steady %+v, registration %+v", s.Steady.Errors, s.Warmup.Errors)
+	}
+	if s.FalseTransitions != 0 || !s.Sweep.Done || s.Sweep.Degraded+s.Sweep.Unhealthy != 0 {
+		t.Errorf("false transitions %d, sweep %+v", s.FalseTransitions, s.Sweep)
+	}
+	if s.Steady.P99Ms <= 0 || s.Steady.MaxMs < s.Steady.P99Ms {
+		t.Errorf("steady latency p99 %v max %v", s.Steady.P99Ms, s.Steady.MaxMs)
+	}
+	if s.Peak.OK == 0 || s.Ceiling.OK == 0 || s.CeilingRatioPercent <= 0 {
+		t.Errorf("peak %+v, ceiling %+v, ratio %v", s.Peak, s.Ceiling, s.CeilingRatioPercent)
+	}
+	if !s.CPU.ServiceMeasured || s.CPU.ClientPercent <= 0 || s.LoadAverage[1] == "" {
+		t.Errorf("CPU = %+v, load average %v", s.CPU, s.LoadAverage)
+	}
+	if !s.RSS.Measured || s.RSS.BeforeKiB == 0 || s.RSS.AfterKiB == 0 {
+		t.Errorf("RSS = %+v", s.RSS)
+	}
+	if s.Deregistration.Deregistered != 200 || s.Deregistration.Errors.Total != 0 {
+		t.Errorf("deregistration = %+v", s.Deregistration)
+	}
+	for _, srv := range fake.Servers() {
+		if srv.Status != fleetclient.StatusDeregistered {
+			t.Errorf("%s is %s after the run", srv.ModuleName, srv.Status)
+			break
+		}
+		if hist := fake.StatusHistory(srv.ServerID); len(hist) != 2 {
+			t.Errorf("%s went through %v, want healthy then deregistered only", srv.ModuleName, hist)
+			break
+		}
+	}
+	got := map[string]string{}
+	for _, tg := range s.Targets {
+		got[tg.Name] = tg.Result
+	}
+	if got["fleet size at H = 10 s"] != loadgen.ResultNotMet || got["errors (registration and steady heartbeats)"] != loadgen.ResultMet ||
+		got["false transitions"] != loadgen.ResultMet || s.AllMet {
+		t.Errorf("targets = %v, AllMet %v", got, s.AllMet)
+	}
+
+	md, err := os.ReadFile(cfg.ReportPath)
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	for _, want := range []string{"| fleet size at H = 10 s |", "**NOT met**", "| steady | heartbeat rate achieved |", "| ceiling | no-op gin server rate |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	for _, want := range []string{"registration:", "[steady", "steady:", "ceiling:", "peak:", "deregistration:"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("progress lacks %q", want)
+		}
+	}
+}
+
+func TestRunCountsErrorsByKind(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
+	cfg := smallConfig(fake.URL, fake.APIKey)
+	cfg.N = 50
+	cfg.Duration = time.Second
+	cfg.PeakDuration = 0
+	// The first registrations fail for good (4 attempts each, the retry
+	// limit), then the first heartbeats.
+	fake.FailNext("register", 8, http.StatusServiceUnavailable, 0)
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if s.Registration.Registered < 48 || s.Registration.Registered > 50 {
+		t.Errorf("registered %d, want 48 to 50 (503s are retried up to 4 times)", s.Registration.Registered)
+	}
+	if got := s.Registration.Errors.ByKind["HTTP 503 injected"]; got != uint64(50-s.Registration.Registered) {
+		t.Errorf("registration errors = %+v, registered %d", s.Registration.Errors, s.Registration.Registered)
+	}
+	var e loadgen.Target
+	for _, tg := range s.Targets {
+		if strings.HasPrefix(tg.Name, "errors") {
+			e = tg
+		}
+	}
+	if s.Registration.Errors.Total > 0 && e.Result != loadgen.ResultNotMet {
+		t.Errorf("errors target = %+v", e)
+	}
+}
+
+// falseService is a stand-in that answers every heartbeat "degraded" and
+// lists every server as unhealthy: each is a false transition.
+func falseService(t *testing.T) *httptest.Server {
+	var mu sync.Mutex
+	var ids []string
+	mux := http.NewServeMux()
+	answer := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("POST /v1/mcp/servers/register", func(w http.ResponseWriter, r *http.Request) {
+		var req fleetclient.RegisterRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		id := "id-" + req.ModuleName
+		ids = append(ids, id)
+		mu.Unlock()
+		answer(w, 201, map[string]any{"server_id": id, "module_name": req.ModuleName, "status": "healthy",
+			"last_heartbeat_at": time.Now(), "registered_at": time.Now(), "heartbeat_interval_seconds": 0.5})
+	})
+	mux.HandleFunc("POST /v1/mcp/servers/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ServerID string `json:"server_id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		answer(w, 200, map[string]any{"server_id": req.ServerID, "status": "degraded", "last_heartbeat_at": time.Now()})
+	})
+	mux.HandleFunc("GET /v1/mcp/servers", func(w http.ResponseWriter, r *http.Request) {
+		page := fleetclient.ServerPage{Servers: []fleetclient.Server{}}
+		if r.URL.Query().Get("status") == "unhealthy" {
+			mu.Lock()
+			for _, id := range ids {
+				page.Servers = append(page.Servers, fleetclient.Server{ServerID: id, Status: fleetclient.StatusUnhealthy})
+			}
+			page.Servers = append(page.Servers, fleetclient.Server{ServerID: "someone-else", Status: fleetclient.StatusUnhealthy})
+			mu.Unlock()
+		}
+		answer(w, 200, page)
+	})
+	mux.HandleFunc("POST /v1/mcp/servers/deregister", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200, map[string]any{"status": "deregistered"})
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestRunDetectsFalseTransitions(t *testing.T) {
+	ts := falseService(t)
+	cfg := smallConfig(ts.URL, "k")
+	cfg.N = 20
+	cfg.Duration = time.Second
+	cfg.PeakDuration = 0
+	cfg.Strict = true
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if !errors.Is(err, loadgen.ErrTargetsMissed) {
+		t.Fatalf("Run = %v, want ErrTargetsMissed under Strict", err)
+	}
+	if s.Steady.NonHealthyOnTime == 0 {
+		t.Errorf("non-healthy answers on time = 0, want every heartbeat counted")
+	}
+	if s.Sweep.OnTimeNonHealthy != 20 || s.Sweep.Unhealthy != 20 || s.Sweep.Foreign != 1 {
+		t.Errorf("sweep = %+v, want all 20 of ours unhealthy on time and 1 foreign", s.Sweep)
+	}
+	if s.FalseTransitions != s.Warmup.NonHealthyOnTime+s.Steady.NonHealthyOnTime+20 {
+		t.Errorf("FalseTransitions = %d", s.FalseTransitions)
+	}
+}
+
+func TestRunRefusesRemoteTargetsWithoutTraffic(t *testing.T) {
+	cfg := smallConfig("http://10.11.12.13:8080", "k")
+	if _, err := loadgen.Run(t.Context(), cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("Run = %v, want a loopback refusal", err)
+	}
+}
+
+func TestRunStopsWhenNothingRegisters(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{})
+	cfg := smallConfig(fake.URL, "wrong-key")
+	cfg.N = 10
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no module registered") {
+		t.Fatalf("Run = %v, want no module registered", err)
+	}
+	if s == nil || s.Registration.Errors.ByKind["HTTP 401 unauthorized"] != 10 {
+		t.Errorf("summary = %+v", s)
+	}
+}
+
+func TestRunInterruptedStillDeregisters(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
+	cfg := smallConfig(fake.URL, fake.APIKey)
+	cfg.N = 30
+	cfg.Duration = time.Minute
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type result struct {
+		s   *loadgen.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := loadgen.Run(ctx, cfg, io.Discard)
+		done <- result{s, err}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for fake.Stats().Heartbeats < 2*cfg.N {
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeats within 20s")
+		}
+		<-tick.C
+	}
+	cancel()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop within 30s of cancellation")
+	}
+	if !errors.Is(res.err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", res.err)
+	}
+	if res.s == nil || res.s.Deregistration.Deregistered != cfg.N {
+		t.Fatalf("summary = %+v, want all %d deregistered", res.s, cfg.N)
+	}
+	for _, srv := range fake.Servers() {
+		if srv.Status != fleetclient.StatusDeregistered {
+			t.Errorf("%s is %s after an interrupted run", srv.ModuleName, srv.Status)
+		}
+	}
+}

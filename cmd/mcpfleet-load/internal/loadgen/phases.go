@@ -1,0 +1,342 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/fleetclient"
+)
+
+// The registration every simulated module sends, apart from its name.
+var (
+	loadProtocols = []string{"2025-11-25"}
+	loadAdvert    = fleetclient.CapabilityAdvertisement{Tools: []fleetclient.Tool{{
+		Name:        "ping",
+		Description: "mcpfleet-load simulated module: answers pong",
+		InputSchema: []byte(`{"type":"object"}`),
+	}}}
+)
+
+func (r *runner) moduleName(i int32) string {
+	return r.cfg.ModulePrefix + "-" + fmt.Sprintf("%07d", i+1)
+}
+
+// bulkTimeout bounds a registration or deregistration pass: three times
+// what the ramp predicts, plus a minute.
+func (r *runner) bulkTimeout() time.Duration {
+	rate := float64(r.cfg.Ramp)
+	if rate <= 0 {
+		rate = 1000
+	}
+	return time.Duration(3*float64(r.cfg.N)/rate*float64(time.Second)) + time.Minute
+}
+
+// pace sends items to out at rate per second (rate ≤ 0: as fast as out is
+// read), then closes out. It stops early when ctx ends.
+func pace(ctx context.Context, items []int32, rate int, out chan<- int32) {
+	defer close(out)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	next := 0
+	for next < len(items) {
+		allowed := len(items)
+		if rate > 0 {
+			allowed = min(allowed, int(time.Since(start).Seconds()*float64(rate))+1)
+		}
+		for ; next < allowed; next++ {
+			select {
+			case out <- items[next]:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if next >= len(items) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// retry calls f up to attempts times while it fails with a retryable error,
+// waiting 100 ms, 200 ms, … (at most 2 s) or the answer's Retry-After (at
+// most 5 s) in between.
+func retry[T any](ctx context.Context, attempts int, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	var err error
+	for a := range attempts {
+		var v T
+		if v, err = f(ctx); err == nil {
+			return v, nil
+		}
+		if !fleetclient.IsRetryable(err) || a == attempts-1 {
+			break
+		}
+		d := min(100*time.Millisecond<<a, 2*time.Second)
+		if ra := fleetclient.RetryAfter(err); ra > d {
+			d = min(ra, 5*time.Second)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, err
+		case <-t.C:
+		}
+	}
+	return zero, err
+}
+
+// kindOf names a fleetclient error like errorKind does.
+func kindOf(err error) string {
+	if pe, ok := fleetclient.AsProblem(err); ok {
+		k := "HTTP " + strconv.Itoa(pe.Status)
+		if s := pe.Slug(); s != "" {
+			k += " " + s
+		}
+		return k
+	}
+	var de *fleetclient.DecodeError
+	if errors.As(err, &de) {
+		return "bad answer"
+	}
+	return errorKind(0, nil, err)
+}
+
+type serverIDBody struct {
+	ServerID string `json:"server_id"`
+}
+
+type regResult struct {
+	ph      *phase
+	summary RegistrationSummary
+}
+
+// register registers cfg.N modules through cfg.Connections workers at
+// cfg.Ramp per second, and hands each registered module to the wheel.
+func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
+	ph := newPhase("registration")
+	ctx, cancel := context.WithTimeout(ctx, r.bulkTimeout())
+	defer cancel()
+	items := make([]int32, r.cfg.N)
+	for i := range items {
+		items[i] = int32(i)
+	}
+	idx := make(chan int32, r.cfg.Connections)
+	go pace(ctx, items, r.cfg.Ramp, idx)
+
+	var created, registered atomic.Int64
+	var warnOnce sync.Once
+	r.setProgress(func() string {
+		el := ph.elapsed()
+		return fmt.Sprintf("[registration %s] %d/%d registered (%.0f/s), %d errors, latency p99 %s",
+			el.Truncate(time.Second), registered.Load(), r.cfg.N, float64(registered.Load())/el.Seconds(),
+			ph.errs.total(), ph.lat.Quantile(0.99).Round(10*time.Microsecond))
+	})
+	defer r.setProgress(nil)
+
+	var wg sync.WaitGroup
+	for range r.cfg.Connections {
+		wg.Go(func() {
+			for i := range idx {
+				req := fleetclient.RegisterRequest{
+					ModuleName:              r.moduleName(i),
+					Version:                 "1.0.0",
+					SupportedProtocols:      loadProtocols,
+					CapabilityAdvertisement: loadAdvert,
+				}
+				var sent int64
+				resp, err := retry(ctx, 4, func(ctx context.Context) (*fleetclient.RegisterResponse, error) {
+					ph.sent.Add(1)
+					sent = r.now()
+					start := time.Now()
+					resp, err := r.fc.Register(ctx, req)
+					if err == nil {
+						ph.lat.Record(time.Since(start))
+					}
+					return resp, err
+				})
+				if err != nil {
+					if ctx.Err() == nil {
+						ph.errs.add(kindOf(err))
+					}
+					continue
+				}
+				ph.ok.Add(1)
+				if resp.Created {
+					created.Add(1)
+				}
+				if iv := resp.HeartbeatInterval(); iv > 0 && iv != r.cfg.Interval {
+					warnOnce.Do(func() {
+						r.note("the service announced H = %s but this run heartbeats every --interval %s", iv, r.cfg.Interval)
+					})
+				}
+				m := &r.mods[i]
+				m.id = resp.ServerID
+				m.body, _ = json.Marshal(serverIDBody{resp.ServerID}) // cannot fail for a struct of a string
+				m.lastOK.Store(sent)
+				m.state.Store(stateRegistered)
+				registered.Add(1)
+				select {
+				case addCh <- i:
+				case <-ctx.Done():
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ph.finish()
+	n := registered.Load()
+	s := RegistrationSummary{
+		Attempted:     int(ph.sent.Load()),
+		Registered:    int(n),
+		Created:       int(created.Load()),
+		Reregistered:  int(n - created.Load()),
+		Seconds:       ph.elapsed().Seconds(),
+		RatePerSecond: float64(n) / ph.elapsed().Seconds(),
+		P50Ms:         msOf(ph.lat.Quantile(0.50)),
+		P99Ms:         msOf(ph.lat.Quantile(0.99)),
+		MaxMs:         msOf(ph.lat.Max()),
+		Errors:        summarizeErrors(&ph.errs),
+	}
+	if missing := r.cfg.N - int(n); missing > 0 && s.Errors.Total == 0 {
+		// Stopped by the bound on the phase, not by errors.
+		s.Errors.ByKind = map[string]uint64{"not attempted (phase time limit)": uint64(missing)}
+		s.Errors.Total = uint64(missing)
+	}
+	return regResult{ph: ph, summary: s}
+}
+
+// deregister deregisters every registered module at cfg.Ramp per second.
+func (r *runner) deregister(ctx context.Context) DeregistrationSummary {
+	ph := newPhase("deregistration")
+	ctx, cancel := context.WithTimeout(ctx, r.bulkTimeout())
+	defer cancel()
+	var items []int32
+	for i := range r.mods {
+		if r.mods[i].state.Load() == stateRegistered {
+			items = append(items, int32(i))
+		}
+	}
+	idx := make(chan int32, r.cfg.Connections)
+	go pace(ctx, items, r.cfg.Ramp, idx)
+	var done atomic.Int64
+	r.setProgress(func() string {
+		return fmt.Sprintf("[deregistration %s] %d/%d deregistered, %d errors",
+			ph.elapsed().Truncate(time.Second), done.Load(), len(items), ph.errs.total())
+	})
+	defer r.setProgress(nil)
+	var wg sync.WaitGroup
+	for range r.cfg.Connections {
+		wg.Go(func() {
+			for i := range idx {
+				m := &r.mods[i]
+				m.state.Store(stateDeregistered) // the wheel stops beating it
+				_, err := retry(ctx, 4, func(ctx context.Context) (*fleetclient.Server, error) {
+					ph.sent.Add(1)
+					return r.fc.Deregister(ctx, m.id)
+				})
+				if err != nil {
+					if ctx.Err() == nil {
+						ph.errs.add(kindOf(err))
+					}
+					continue
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	ph.finish()
+	return DeregistrationSummary{
+		Attempted:    len(items),
+		Deregistered: int(done.Load()),
+		Seconds:      ph.elapsed().Seconds(),
+		Errors:       summarizeErrors(&ph.errs),
+	}
+}
+
+type sweepResult struct {
+	degraded, unhealthy int // our registered modules in each status
+	foreign             int // non-healthy servers that are not this run's
+	late                int // ours, non-healthy, but not heartbeated on time
+}
+
+// sweep lists the degraded and unhealthy servers. Each of this run's
+// modules among them whose last 2xx heartbeat was sent less than 2H before
+// the answer arrived is recorded in r.sweepFalse: the service had no
+// reason to find it late.
+func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
+	var res sweepResult
+	maxPages := r.cfg.N/1000 + 10
+	for _, st := range []fleetclient.Status{fleetclient.StatusDegraded, fleetclient.StatusUnhealthy} {
+		for srv, err := range r.readFC.AllServers(ctx, fleetclient.ListOptions{Status: st, Limit: 1000, MaxPages: maxPages}) {
+			if err != nil {
+				return res, fmt.Errorf("sweep %s servers: %w", st, err)
+			}
+			i, ours := r.byID[srv.ServerID]
+			if !ours {
+				res.foreign++
+				continue
+			}
+			m := &r.mods[i]
+			if m.state.Load() != stateRegistered {
+				continue
+			}
+			if srv.Status == fleetclient.StatusUnhealthy {
+				res.unhealthy++
+			} else {
+				res.degraded++
+			}
+			if r.now()-m.lastOK.Load() < int64(2*r.cfg.Interval) {
+				r.sweepMu.Lock()
+				r.sweepFalse[srv.ServerID] = srv.Status
+				r.sweepMu.Unlock()
+			} else {
+				res.late++
+			}
+		}
+	}
+	return res, nil
+}
+
+// sweepLoop sweeps every H/2 (at least 100 ms) until ctx ends, so that a
+// server wrongly degraded for a moment is seen even if it recovers. The
+// first error stops it and is kept in r.sweepErr. The returned channel
+// closes when it has stopped.
+func (r *runner) sweepLoop(ctx context.Context) <-chan struct{} {
+	every := max(r.cfg.Interval/2, 100*time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := r.sweep(ctx); err != nil {
+				if ctx.Err() == nil {
+					r.sweepMu.Lock()
+					r.sweepErr = err
+					r.sweepMu.Unlock()
+					r.note("sweeps during the steady phase stopped: %v", err)
+				}
+				return
+			}
+		}
+	}()
+	return done
+}

@@ -1,0 +1,482 @@
+package loadgen
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The targets a run is judged by.
+const (
+	TargetServers        = 100_000
+	TargetInterval       = 10 * time.Second
+	TargetP99            = 50 * time.Millisecond
+	TargetCeilingPercent = 60.0
+	TargetRSSKiBPerSrv   = 4.0
+)
+
+// Target results.
+const (
+	ResultMet         = "met"
+	ResultNotMet      = "NOT met"
+	ResultNotMeasured = "not measured"
+)
+
+// Summary is every figure of a run; it is what --json prints.
+type Summary struct {
+	StartedAt      time.Time             `json:"started_at"`
+	Config         RunConfig             `json:"config"`
+	Registration   RegistrationSummary   `json:"registration"`
+	Warmup         PhaseSummary          `json:"registration_heartbeats"`
+	Steady         PhaseSummary          `json:"steady"`
+	Sweep          SweepSummary          `json:"sweep"`
+	Peak           PhaseSummary          `json:"peak"`
+	Ceiling        PhaseSummary          `json:"ceiling"`
+	RSS            RSSSummary            `json:"rss"`
+	Deregistration DeregistrationSummary `json:"deregistration"`
+	Tail           PhaseSummary          `json:"deregistration_heartbeats"`
+	// CPU is the CPU the load generator and the service used during the
+	// steady phase.
+	CPU CPUSummary `json:"steady_cpu"`
+	// LoadAverage is the machine's 1-minute load average at the start and
+	// the end of the run (other work on the machine skews every figure).
+	LoadAverage [2]string `json:"load_average_1m"`
+	// SettleSeconds is how long the run waited after registration for queued
+	// heartbeats to clear before the steady window.
+	SettleSeconds float64 `json:"settle_seconds"`
+	// CeilingRatioPercent is the peak rate as a percentage of the no-op
+	// ceiling's rate (0 when either was not measured).
+	CeilingRatioPercent float64 `json:"peak_percent_of_ceiling"`
+	// FalseTransitions counts non-healthy heartbeat answers for on-time
+	// modules (registration and steady phases) plus the on-time modules the
+	// sweeps saw degraded or unhealthy.
+	FalseTransitions uint64   `json:"false_transitions"`
+	Targets          []Target `json:"targets"`
+	AllMet           bool     `json:"all_targets_met"`
+	Notes            []string `json:"notes,omitempty"`
+}
+
+// RunConfig is the configuration the run used.
+type RunConfig struct {
+	BaseURL              string  `json:"base_url"`
+	N                    int     `json:"n"`
+	IntervalSeconds      float64 `json:"interval_seconds"`
+	JitterSeconds        float64 `json:"jitter_seconds"`
+	RampPerSecond        int     `json:"ramp_per_second"`
+	SteadySeconds        float64 `json:"steady_seconds"`
+	Connections          int     `json:"connections"`
+	PeakWorkers          int     `json:"peak_workers"`
+	PeakSeconds          float64 `json:"peak_seconds"`
+	ServicePID           int     `json:"service_pid,omitempty"`
+	GoVersion            string  `json:"go_version"`
+	GOMAXPROCS           int     `json:"gomaxprocs"`
+	NumCPU               int     `json:"num_cpu"`
+	LoadGeneratorPID     int     `json:"load_generator_pid"`
+	CeilingMeasured      bool    `json:"ceiling_enabled"`
+	DeregisteredAtTheEnd bool    `json:"deregister_at_end"`
+}
+
+// ErrorSummary counts failed requests by kind ("timeout", "HTTP 503
+// unavailable", …).
+type ErrorSummary struct {
+	Total  uint64            `json:"total"`
+	ByKind map[string]uint64 `json:"by_kind,omitempty"`
+}
+
+// RegistrationSummary describes phase (a).
+type RegistrationSummary struct {
+	Attempted     int          `json:"attempted_requests"`
+	Registered    int          `json:"registered"`
+	Created       int          `json:"created"`
+	Reregistered  int          `json:"reregistered"`
+	Seconds       float64      `json:"seconds"`
+	RatePerSecond float64      `json:"rate_per_second"`
+	P50Ms         float64      `json:"p50_ms"`
+	P99Ms         float64      `json:"p99_ms"`
+	MaxMs         float64      `json:"max_ms"`
+	Errors        ErrorSummary `json:"errors"`
+}
+
+// PhaseSummary describes a heartbeat phase.
+type PhaseSummary struct {
+	Seconds               float64      `json:"seconds"`
+	Sent                  uint64       `json:"sent"`
+	OK                    uint64       `json:"ok"`
+	RatePerSecond         float64      `json:"rate_per_second"`
+	ExpectedRatePerSecond float64      `json:"expected_rate_per_second,omitempty"`
+	MeanMs                float64      `json:"mean_ms"`
+	P50Ms                 float64      `json:"p50_ms"`
+	P90Ms                 float64      `json:"p90_ms"`
+	P99Ms                 float64      `json:"p99_ms"`
+	P999Ms                float64      `json:"p999_ms"`
+	MaxMs                 float64      `json:"max_ms"`
+	ScheduleLagP99Ms      float64      `json:"schedule_lag_p99_ms"`
+	ScheduleLagMaxMs      float64      `json:"schedule_lag_max_ms"`
+	NonHealthyOnTime      uint64       `json:"non_healthy_answers_on_time"`
+	NonHealthyLate        uint64       `json:"non_healthy_answers_late"`
+	Errors                ErrorSummary `json:"errors"`
+}
+
+// SweepSummary describes the GET /v1/mcp/servers?status= sweeps.
+type SweepSummary struct {
+	Done  bool   `json:"done"`
+	Error string `json:"error,omitempty"`
+	// Final sweep, this run's registered modules only.
+	Degraded    int `json:"degraded"`
+	Unhealthy   int `json:"unhealthy"`
+	LateModules int `json:"late_modules"`
+	// Foreign counts non-healthy servers that are not this run's.
+	Foreign int `json:"foreign"`
+	// OnTimeNonHealthy counts distinct on-time modules any sweep (during the
+	// steady phase or final) saw degraded or unhealthy.
+	OnTimeNonHealthy int `json:"on_time_non_healthy"`
+}
+
+// RSSSummary describes the service's memory growth.
+type RSSSummary struct {
+	Measured     bool    `json:"measured"`
+	PID          int     `json:"pid,omitempty"`
+	BeforeKiB    int64   `json:"before_kib"`
+	AfterKiB     int64   `json:"after_kib"`
+	PerServerKiB float64 `json:"per_server_kib"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// CPUSummary is CPU use during the steady phase, in percent of one core.
+type CPUSummary struct {
+	ClientPercent   float64 `json:"load_generator_percent"`
+	ServicePercent  float64 `json:"service_percent"`
+	ServiceMeasured bool    `json:"service_measured"`
+}
+
+// DeregistrationSummary describes the final deregistration.
+type DeregistrationSummary struct {
+	Attempted    int          `json:"attempted"`
+	Deregistered int          `json:"deregistered"`
+	Seconds      float64      `json:"seconds"`
+	Errors       ErrorSummary `json:"errors"`
+}
+
+// Target is one judged target.
+type Target struct {
+	Name      string `json:"name"`
+	Threshold string `json:"threshold"`
+	Measured  string `json:"measured"`
+	Result    string `json:"result"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func summarizeErrors(e *errorCounts) ErrorSummary {
+	m := e.snapshot()
+	var total uint64
+	for _, v := range m {
+		total += v
+	}
+	if len(m) == 0 {
+		m = nil
+	}
+	return ErrorSummary{Total: total, ByKind: m}
+}
+
+func summarizePhase(ph *phase, expected float64) PhaseSummary {
+	el := ph.elapsed().Seconds()
+	s := PhaseSummary{
+		Seconds:               el,
+		Sent:                  ph.sent.Load(),
+		OK:                    ph.ok.Load(),
+		ExpectedRatePerSecond: expected,
+		MeanMs:                msOf(ph.lat.Mean()),
+		P50Ms:                 msOf(ph.lat.Quantile(0.50)),
+		P90Ms:                 msOf(ph.lat.Quantile(0.90)),
+		P99Ms:                 msOf(ph.lat.Quantile(0.99)),
+		P999Ms:                msOf(ph.lat.Quantile(0.999)),
+		MaxMs:                 msOf(ph.lat.Max()),
+		ScheduleLagP99Ms:      msOf(ph.lag.Quantile(0.99)),
+		ScheduleLagMaxMs:      msOf(ph.lag.Max()),
+		NonHealthyOnTime:      ph.nonHealthyOnTime.Load(),
+		NonHealthyLate:        ph.nonHealthyLate.Load(),
+		Errors:                summarizeErrors(&ph.errs),
+	}
+	if el > 0 {
+		s.RatePerSecond = float64(s.OK) / el
+	}
+	return s
+}
+
+// evaluate computes FalseTransitions, the targets and AllMet.
+func (s *Summary) evaluate() {
+	s.FalseTransitions = s.Warmup.NonHealthyOnTime + s.Steady.NonHealthyOnTime + uint64(s.Sweep.OnTimeNonHealthy)
+	steadyRan := s.Steady.Sent > 0
+	judge := func(measured, met bool) string {
+		switch {
+		case !measured:
+			return ResultNotMeasured
+		case met:
+			return ResultMet
+		}
+		return ResultNotMet
+	}
+	s.Targets = []Target{
+		{
+			Name:      "fleet size at H = 10 s",
+			Threshold: fmt.Sprintf("≥ %s servers heartbeating every %s", thousands(TargetServers), TargetInterval),
+			Measured:  fmt.Sprintf("%s servers every %s", thousands(int64(s.Registration.Registered)), secs(s.Config.IntervalSeconds)),
+			Result: judge(steadyRan, s.Registration.Registered >= TargetServers &&
+				time.Duration(s.Config.IntervalSeconds*float64(time.Second)) == TargetInterval),
+		},
+		{
+			Name:      "steady heartbeat p99 latency",
+			Threshold: fmt.Sprintf("< %d ms", TargetP99.Milliseconds()),
+			Measured:  fmt.Sprintf("%.2f ms", s.Steady.P99Ms),
+			Result:    judge(s.Steady.OK > 0, s.Steady.P99Ms < msOf(TargetP99)),
+		},
+		{
+			Name:      "errors (registration and steady heartbeats)",
+			Threshold: "0",
+			Measured: fmt.Sprintf("%d (%d registration, %d heartbeat)",
+				s.Registration.Errors.Total+s.Warmup.Errors.Total+s.Steady.Errors.Total,
+				s.Registration.Errors.Total, s.Warmup.Errors.Total+s.Steady.Errors.Total),
+			Result: judge(steadyRan, s.Registration.Errors.Total+s.Warmup.Errors.Total+s.Steady.Errors.Total == 0),
+		},
+		{
+			Name:      "false transitions",
+			Threshold: "0",
+			Measured:  falseTransitionsText(s),
+			Result:    judge(steadyRan && (s.Sweep.Done || s.FalseTransitions > 0), s.FalseTransitions == 0),
+		},
+		{
+			Name:      "peak vs no-op ceiling",
+			Threshold: fmt.Sprintf("≥ %.0f %%", TargetCeilingPercent),
+			Measured:  ratioText(s),
+			Result:    judge(s.Peak.OK > 0 && s.Ceiling.OK > 0, s.CeilingRatioPercent >= TargetCeilingPercent),
+		},
+		{
+			Name:      "service RSS growth per server",
+			Threshold: fmt.Sprintf("≤ %.0f KiB", TargetRSSKiBPerSrv),
+			Measured:  rssText(s),
+			Result:    judge(s.RSS.Measured, s.RSS.PerServerKiB <= TargetRSSKiBPerSrv),
+		},
+	}
+	s.AllMet = true
+	for _, t := range s.Targets {
+		if t.Result != ResultMet {
+			s.AllMet = false
+		}
+	}
+}
+
+func falseTransitionsText(s *Summary) string {
+	t := fmt.Sprintf("%d (%d non-healthy answers, %d servers seen by sweeps)",
+		s.FalseTransitions, s.Warmup.NonHealthyOnTime+s.Steady.NonHealthyOnTime, s.Sweep.OnTimeNonHealthy)
+	if !s.Sweep.Done {
+		t += "; sweep failed: " + s.Sweep.Error
+	}
+	return t
+}
+
+func ratioText(s *Summary) string {
+	if s.Peak.OK == 0 || s.Ceiling.OK == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f %% (%.0f of %.0f per second)", s.CeilingRatioPercent, s.Peak.RatePerSecond, s.Ceiling.RatePerSecond)
+}
+
+func rssText(s *Summary) string {
+	if !s.RSS.Measured {
+		if s.RSS.Error != "" {
+			return "— (" + s.RSS.Error + ")"
+		}
+		return "— (no --service-pid)"
+	}
+	return fmt.Sprintf("%.2f KiB", s.RSS.PerServerKiB)
+}
+
+// WriteMarkdown renders the report: run parameters, targets, every figure
+// with its unit, errors by kind, and notes.
+func WriteMarkdown(w io.Writer, s *Summary) error {
+	var b strings.Builder
+	c := s.Config
+	fmt.Fprintf(&b, "# mcpfleet load report\n\n")
+	fmt.Fprintf(&b, "Run started %s against `%s`: N = %s modules, H = %s, jitter ±%s, registration ramp %s, steady phase %s, %d connections per pool, peak and ceiling %d workers × %s. %s, GOMAXPROCS %d, %d CPUs.\n\n",
+		s.StartedAt.Format(time.RFC3339), c.BaseURL, thousands(int64(c.N)), secs(c.IntervalSeconds), secs(c.JitterSeconds),
+		rampText(c.RampPerSecond), secs(c.SteadySeconds), c.Connections, c.PeakWorkers, secs(c.PeakSeconds),
+		c.GoVersion, c.GOMAXPROCS, c.NumCPU)
+	if s.LoadAverage[0] != "" {
+		fmt.Fprintf(&b, "The machine's 1-minute load average was %s at the start and %s at the end; anything else running on it shows in every figure.\n\n",
+			s.LoadAverage[0], s.LoadAverage[1])
+	}
+
+	verdict := "All targets met."
+	if !s.AllMet {
+		verdict = "Not all targets met."
+	}
+	fmt.Fprintf(&b, "## Targets\n\n%s\n\n| target | threshold | measured | result |\n|---|---|---|---|\n", verdict)
+	for _, t := range s.Targets {
+		res := t.Result
+		if res == ResultNotMet {
+			res = "**" + res + "**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(t.Name), cell(t.Threshold), cell(t.Measured), res)
+	}
+
+	fmt.Fprintf(&b, "\n## Figures\n\n| phase | figure | value | unit |\n|---|---|---|---|\n")
+	row := func(ph, fig, val, unit string) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ph, cell(fig), val, unit)
+	}
+	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	n := func(v uint64) string { return thousands(int64(v)) }
+
+	r := s.Registration
+	row("registration", "modules registered", thousands(int64(r.Registered)), "servers")
+	row("registration", "of which new (201) / re-registered (200)", thousands(int64(r.Created))+" / "+thousands(int64(r.Reregistered)), "servers")
+	row("registration", "duration", f1(r.Seconds), "s")
+	row("registration", "registration rate", f1(r.RatePerSecond), "registrations/s")
+	row("registration", "latency p50 / p99 / max", f2(r.P50Ms)+" / "+f2(r.P99Ms)+" / "+f2(r.MaxMs), "ms")
+	row("registration", "errors", n(r.Errors.Total), "requests")
+	row("registration", "heartbeats sent meanwhile", n(s.Warmup.OK), "heartbeats")
+	row("registration", "heartbeat errors meanwhile", n(s.Warmup.Errors.Total), "requests")
+
+	st := s.Steady
+	row("steady", "wait for the registration backlog to clear first", f1(s.SettleSeconds), "s")
+	row("steady", "duration", f1(st.Seconds), "s")
+	row("steady", "heartbeats answered 200", n(st.OK), "heartbeats")
+	row("steady", "heartbeat rate achieved", f1(st.RatePerSecond), "heartbeats/s")
+	row("steady", "heartbeat rate expected (N/H)", f1(st.ExpectedRatePerSecond), "heartbeats/s")
+	row("steady", "latency mean", f2(st.MeanMs), "ms")
+	row("steady", "latency p50", f2(st.P50Ms), "ms")
+	row("steady", "latency p90", f2(st.P90Ms), "ms")
+	row("steady", "latency p99", f2(st.P99Ms), "ms")
+	row("steady", "latency p99.9", f2(st.P999Ms), "ms")
+	row("steady", "latency max", f2(st.MaxMs), "ms")
+	row("steady", "errors", n(st.Errors.Total), "requests")
+	row("steady", "non-healthy answers, module on time (false transitions)", n(st.NonHealthyOnTime), "answers")
+	row("steady", "non-healthy answers, module late", n(st.NonHealthyLate), "answers")
+	row("steady", "client schedule lag p99 / max", f2(st.ScheduleLagP99Ms)+" / "+f2(st.ScheduleLagMaxMs), "ms")
+	row("steady", "load generator CPU", f1(s.CPU.ClientPercent), "% of one core")
+	if s.CPU.ServiceMeasured {
+		row("steady", "service CPU", f1(s.CPU.ServicePercent), "% of one core")
+	}
+	sweepVal := func(v int) string {
+		if !s.Sweep.Done {
+			return "—"
+		}
+		return thousands(int64(v))
+	}
+	row("sweep", "on-time servers seen non-healthy (false transitions)", thousands(int64(s.Sweep.OnTimeNonHealthy)), "servers")
+	row("sweep", "final sweep: this run's servers degraded", sweepVal(s.Sweep.Degraded), "servers")
+	row("sweep", "final sweep: this run's servers unhealthy", sweepVal(s.Sweep.Unhealthy), "servers")
+	row("sweep", "final sweep: of those, not heartbeated on time", sweepVal(s.Sweep.LateModules), "servers")
+	row("sweep", "final sweep: other non-healthy servers", sweepVal(s.Sweep.Foreign), "servers")
+
+	if s.Peak.Sent > 0 {
+		p := s.Peak
+		row("peak", "heartbeat rate (closed loop + steady underneath)", f1(p.RatePerSecond), "heartbeats/s")
+		row("peak", "latency p50 / p99 / max", f2(p.P50Ms)+" / "+f2(p.P99Ms)+" / "+f2(p.MaxMs), "ms")
+		row("peak", "errors", n(p.Errors.Total), "requests")
+	}
+	if s.Ceiling.Sent > 0 {
+		p := s.Ceiling
+		row("ceiling", "no-op gin server rate", f1(p.RatePerSecond), "requests/s")
+		row("ceiling", "latency p50 / p99 / max", f2(p.P50Ms)+" / "+f2(p.P99Ms)+" / "+f2(p.MaxMs), "ms")
+		row("ceiling", "errors", n(p.Errors.Total), "requests")
+	}
+	if s.Peak.OK > 0 && s.Ceiling.OK > 0 {
+		row("peak vs ceiling", "peak as a share of the no-op ceiling", f1(s.CeilingRatioPercent), "%")
+	}
+	if s.RSS.Measured {
+		row("memory", fmt.Sprintf("service RSS before registration (pid %d)", s.RSS.PID), thousands(s.RSS.BeforeKiB), "KiB")
+		row("memory", "service RSS after the steady phase", thousands(s.RSS.AfterKiB), "KiB")
+		row("memory", "RSS growth per registered server", f2(s.RSS.PerServerKiB), "KiB/server")
+	}
+	if s.Deregistration.Attempted > 0 {
+		d := s.Deregistration
+		row("deregistration", "modules deregistered", thousands(int64(d.Deregistered))+" of "+thousands(int64(d.Attempted)), "servers")
+		row("deregistration", "duration", f1(d.Seconds), "s")
+		row("deregistration", "errors", n(d.Errors.Total), "requests")
+	}
+
+	type errRow struct {
+		phase, kind string
+		n           uint64
+	}
+	var errs []errRow
+	for _, p := range []struct {
+		name string
+		e    ErrorSummary
+	}{
+		{"registration", s.Registration.Errors}, {"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
+		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
+		{"deregistration heartbeats", s.Tail.Errors},
+	} {
+		for _, k := range slices.Sorted(maps.Keys(p.e.ByKind)) {
+			errs = append(errs, errRow{p.name, k, p.e.ByKind[k]})
+		}
+	}
+	fmt.Fprintf(&b, "\n## Errors by kind\n\n")
+	if len(errs) == 0 {
+		fmt.Fprintf(&b, "None.\n")
+	} else {
+		slices.SortStableFunc(errs, func(a, b errRow) int { return cmp.Compare(b.n, a.n) })
+		fmt.Fprintf(&b, "| phase | kind | count |\n|---|---|---|\n")
+		for _, e := range errs {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", e.phase, cell(e.kind), thousands(int64(e.n)))
+		}
+	}
+
+	fmt.Fprintf(&b, "\n## How to read it\n\n")
+	fmt.Fprintf(&b, "- Latency is measured by the load generator, from sending a request to reading its whole answer, for answers 2xx; it includes the client's own queueing on a machine it shares with the service.\n")
+	fmt.Fprintf(&b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
+	fmt.Fprintf(&b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", c.PeakWorkers)
+	fmt.Fprintf(&b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered.\n")
+	if len(s.Notes) > 0 {
+		fmt.Fprintf(&b, "\n## Notes\n\n")
+		for _, note := range s.Notes {
+			fmt.Fprintf(&b, "- %s\n", note)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// cell escapes a Markdown table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+func secs(v float64) string {
+	return time.Duration(v * float64(time.Second)).String()
+}
+
+func rampText(perSecond int) string {
+	if perSecond <= 0 {
+		return "unlimited"
+	}
+	return thousands(int64(perSecond)) + "/s"
+}
+
+// thousands formats n with comma separators: 100000 → "100,000".
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,637 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/fleetclient"
+)
+
+// ErrTargetsMissed is returned by Run with Config.Strict when the run
+// completed but a target was not met (or could not be measured).
+var ErrTargetsMissed = errors.New("targets not met")
+
+const (
+	stateNew int32 = iota
+	stateRegistered
+	stateDeregistered
+)
+
+// module is one simulated module.
+type module struct {
+	id    string
+	body  []byte       // pre-encoded heartbeat body
+	state atomic.Int32 // stateNew, stateRegistered, stateDeregistered
+	// lastOK is when (run-relative ns) the last request that the service
+	// answered 2xx for this module was sent: registration or heartbeat.
+	lastOK atomic.Int64
+}
+
+// phase collects the figures of one phase. Safe for concurrent use.
+type phase struct {
+	name string
+	lat  Histogram // latency of 2xx answers
+	lag  Histogram // schedule lag of wheel beats: sent − due
+	sent atomic.Uint64
+	ok   atomic.Uint64
+	errs errorCounts
+	// Non-healthy heartbeat answers, split by whether the module had been
+	// heartbeating on time (previous 2xx sent less than 2H before).
+	nonHealthyOnTime atomic.Uint64
+	nonHealthyLate   atomic.Uint64
+
+	mu         sync.Mutex
+	start, end time.Time
+}
+
+func newPhase(name string) *phase { return &phase{name: name, start: time.Now()} }
+
+// restart sets the phase's start to now.
+func (p *phase) restart() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start = time.Now()
+}
+
+// finish sets the phase's end to now.
+func (p *phase) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.end = time.Now()
+}
+
+// elapsed is the phase's length so far, or its whole length once finished.
+func (p *phase) elapsed() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end.IsZero() {
+		return time.Since(p.start)
+	}
+	return p.end.Sub(p.start)
+}
+
+// workItem is one heartbeat due: module index and due tick.
+type workItem struct {
+	idx int32
+	due int64
+}
+
+type runner struct {
+	cfg   Config
+	log   io.Writer
+	logMu sync.Mutex
+	t0    time.Time
+	slot  time.Duration
+
+	mods []module
+	byID map[string]int32
+
+	regHC, hbHC *http.Client
+	fc, readFC  *fleetclient.Client
+	hbURL, auth string
+
+	cur     atomic.Pointer[phase] // the phase wheel beats are counted in
+	work    chan workItem         // due beats, from the dispatcher to the workers
+	lastLag atomic.Int64          // schedule lag of the latest wheel beat, ns
+
+	notesMu sync.Mutex
+	notes   []string
+
+	sweepMu    sync.Mutex
+	sweepFalse map[string]fleetclient.Status // on-time modules a sweep saw non-healthy
+	sweepErr   error
+
+	progress atomic.Pointer[func() string]
+}
+
+// Run performs a whole load run and returns its summary. Progress goes to
+// log. It returns an error if the run could not be made (bad config, the
+// service refusing every registration, ctx ending); a completed run whose
+// targets were missed returns its summary and, with cfg.Strict,
+// ErrTargetsMissed.
+func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ReadKey == "" {
+		cfg.ReadKey = cfg.APIKey
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
+	defer cancel()
+
+	r := &runner{
+		cfg:        cfg,
+		log:        log,
+		t0:         time.Now(),
+		slot:       min(10*time.Millisecond, cfg.Interval/20),
+		mods:       make([]module, cfg.N),
+		regHC:      newTransportClient(cfg.Connections, cfg.RequestTimeout),
+		hbHC:       newTransportClient(cfg.Connections, cfg.RequestTimeout),
+		auth:       "Bearer " + cfg.APIKey,
+		sweepFalse: map[string]fleetclient.Status{},
+	}
+	defer r.regHC.CloseIdleConnections()
+	defer r.hbHC.CloseIdleConnections()
+	r.fc = fleetclient.New(cfg.BaseURL, cfg.APIKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
+	r.readFC = fleetclient.New(cfg.BaseURL, cfg.ReadKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
+	r.hbURL = r.fc.BaseURL() + "/v1/mcp/servers/heartbeat"
+
+	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg)}
+	s.LoadAverage[0] = loadAverage()
+	stopProgress := r.startProgress(ctx)
+	defer stopProgress()
+
+	// (d) The ceiling first, while the service is idle and before any
+	// module exists, so that nothing else competes with the no-op server.
+	if cfg.Ceiling && cfg.PeakDuration > 0 {
+		r.logf("ceiling: no-op gin server in a child process, %d workers for %s", cfg.PeakWorkers, cfg.PeakDuration)
+		ph, err := r.ceiling(ctx)
+		if err != nil {
+			r.note("ceiling not measured: %v", err)
+		} else {
+			s.Ceiling = summarizePhase(ph, 0)
+			r.logf("ceiling: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms))
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("load run: %w", ctx.Err())
+	}
+
+	// (e) RSS before registration.
+	if cfg.ServicePID > 0 {
+		s.RSS.PID = cfg.ServicePID
+		kib, err := ReadRSS(cfg.ServicePID)
+		if err != nil {
+			s.RSS.Error = err.Error()
+			r.note("RSS not measured: %v", err)
+		}
+		s.RSS.BeforeKiB = kib
+	}
+
+	// (a) Registration; the wheel starts heartbeating each module as soon
+	// as it is registered, as a real module would.
+	wheelCtx, stopWheel := context.WithCancel(ctx)
+	defer stopWheel()
+	warm := newPhase("registration heartbeats")
+	r.cur.Store(warm)
+	addCh := make(chan int32, 8192)
+	wheelDone := r.startWheel(wheelCtx, addCh)
+
+	reg := r.register(ctx, addCh)
+	s.Registration = reg.summary
+	r.logf("registration: %d of %d modules in %s (%.0f/s), %d errors",
+		reg.summary.Registered, cfg.N, reg.ph.elapsed().Round(time.Millisecond), reg.summary.RatePerSecond, reg.summary.Errors.Total)
+	if reg.summary.Registered == 0 {
+		stopWheel()
+		<-wheelDone
+		return s, fmt.Errorf("load run: no module registered (%v)", reg.summary.Errors.ByKind)
+	}
+	r.byID = make(map[string]int32, reg.summary.Registered)
+	for i := range r.mods {
+		if r.mods[i].state.Load() == stateRegistered {
+			r.byID[r.mods[i].id] = int32(i)
+		}
+	}
+
+	// Registration may have left heartbeats queued behind schedule (a busy
+	// service answers slowly): let the backlog clear so that the steady
+	// window measures the steady state.
+	settled, settle := r.settle(ctx)
+	s.SettleSeconds = settle.Seconds()
+	if !settled {
+		r.note("the heartbeat backlog left by registration had not cleared after %s; the steady phase starts anyway", settle.Round(time.Millisecond))
+	}
+
+	// (b) Steady phase, with sweeps every H/2 for non-healthy servers.
+	steady := newPhase("steady")
+	r.cur.Store(steady)
+	warm.finish()
+	if cfg.Duration > 0 {
+		r.logf("steady: %d modules heartbeating every %s ±%s for %s (%.0f heartbeats/s expected)",
+			reg.summary.Registered, cfg.Interval, cfg.Jitter, cfg.Duration, float64(reg.summary.Registered)/cfg.Interval.Seconds())
+		r.setProgress(func() string { return r.phaseProgress(steady, cfg.Duration) })
+		cpu0, _ := ReadCPUTime(os.Getpid())
+		var svc0 time.Duration
+		var svcErr error
+		if cfg.ServicePID > 0 {
+			svc0, svcErr = ReadCPUTime(cfg.ServicePID)
+		}
+		sctx, sdone := context.WithTimeout(ctx, cfg.Duration)
+		swept := r.sweepLoop(sctx)
+		<-sctx.Done()
+		sdone()
+		<-swept
+		r.setProgress(nil)
+		el := steady.elapsed()
+		if cpu1, err := ReadCPUTime(os.Getpid()); err == nil {
+			s.CPU.ClientPercent = 100 * float64(cpu1-cpu0) / float64(el)
+		}
+		if cfg.ServicePID > 0 && svcErr == nil {
+			if svc1, err := ReadCPUTime(cfg.ServicePID); err == nil {
+				s.CPU.ServicePercent = 100 * float64(svc1-svc0) / float64(el)
+				s.CPU.ServiceMeasured = true
+			}
+		}
+	}
+	steady.finish()
+	s.Steady = summarizePhase(steady, float64(reg.summary.Registered)/cfg.Interval.Seconds())
+	s.Warmup = summarizePhase(warm, 0)
+
+	// Final sweep, while every module is still heartbeating.
+	final, err := r.sweep(ctx)
+	if err != nil {
+		s.Sweep.Error = err.Error()
+		r.note("final sweep failed: %v", err)
+	} else {
+		s.Sweep.Done = true
+		s.Sweep.Degraded, s.Sweep.Unhealthy, s.Sweep.Foreign = final.degraded, final.unhealthy, final.foreign
+		s.Sweep.LateModules = final.late
+	}
+	r.sweepMu.Lock()
+	s.Sweep.OnTimeNonHealthy = len(r.sweepFalse)
+	if r.sweepErr != nil && s.Sweep.Error == "" {
+		s.Sweep.Error = r.sweepErr.Error()
+	}
+	r.sweepMu.Unlock()
+
+	if cfg.ServicePID > 0 && s.RSS.Error == "" {
+		kib, err := ReadRSS(cfg.ServicePID)
+		if err != nil {
+			s.RSS.Error = err.Error()
+			r.note("RSS after the steady phase not read: %v", err)
+		} else {
+			s.RSS.AfterKiB = kib
+			s.RSS.Measured = true
+			s.RSS.PerServerKiB = float64(kib-s.RSS.BeforeKiB) / float64(reg.summary.Registered)
+		}
+	}
+	r.logf("steady: %.0f heartbeats/s, p50 %s, p99 %s, max %s, %d errors, %d non-healthy answers on time, sweeps: %d on-time servers non-healthy; CPU: load generator %.0f %%, service %.0f %% of a core",
+		s.Steady.RatePerSecond, ms(s.Steady.P50Ms), ms(s.Steady.P99Ms), ms(s.Steady.MaxMs), s.Steady.Errors.Total,
+		s.Steady.NonHealthyOnTime, s.Sweep.OnTimeNonHealthy, s.CPU.ClientPercent, s.CPU.ServicePercent)
+
+	// (c) Peak: closed loop over the registered modules, the wheel still
+	// beating underneath; both count.
+	if cfg.PeakDuration > 0 && ctx.Err() == nil {
+		r.logf("peak: %d closed-loop workers for %s (steady heartbeats continue underneath)", cfg.PeakWorkers, cfg.PeakDuration)
+		ph := newPhase("peak")
+		r.cur.Store(ph)
+		registered := make([]int32, 0, len(r.byID))
+		for i := range r.mods {
+			if r.mods[i].state.Load() == stateRegistered {
+				registered = append(registered, int32(i))
+			}
+		}
+		r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(registered), func(k int) (*module, []byte) {
+			m := &r.mods[registered[k]]
+			return m, m.body
+		})
+		s.Peak = summarizePhase(ph, 0)
+		r.logf("peak: %.0f heartbeats/s, p99 %s, %d errors", s.Peak.RatePerSecond, ms(s.Peak.P99Ms), s.Peak.Errors.Total)
+		if s.Ceiling.RatePerSecond > 0 {
+			s.CeilingRatioPercent = 100 * s.Peak.RatePerSecond / s.Ceiling.RatePerSecond
+			r.logf("peak is %.1f %% of the no-op ceiling", s.CeilingRatioPercent)
+		}
+	}
+
+	// Deregistration; the wheel keeps the rest alive meanwhile.
+	tail := newPhase("deregistration heartbeats")
+	r.cur.Store(tail)
+	if cfg.Deregister {
+		dctx := ctx
+		if ctx.Err() != nil {
+			// Interrupted or out of time: still clean up, within a minute, so
+			// that the service is not left with a fleet going unhealthy.
+			r.logf("stopping early: deregistering the registered modules (at most 1m)")
+			var dcancel context.CancelFunc
+			dctx, dcancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer dcancel()
+		}
+		s.Deregistration = r.deregister(dctx)
+		r.logf("deregistration: %d modules in %.1fs, %d errors",
+			s.Deregistration.Deregistered, s.Deregistration.Seconds, s.Deregistration.Errors.Total)
+	} else {
+		r.note("modules were left registered (--deregister=false); they will go unhealthy")
+	}
+	stopWheel()
+	<-wheelDone
+	tail.finish()
+	s.Tail = summarizePhase(tail, 0)
+
+	if lag := s.Steady.ScheduleLagP99Ms; lag > float64(cfg.Interval.Milliseconds())/10 {
+		r.note("steady heartbeats left up to %s late (p99): the %d heartbeat workers were all busy, waiting on slow answers "+
+			"or starved of CPU; latency figures then understate what an unbounded fleet would see", ms(lag), cfg.Connections)
+	}
+	s.LoadAverage[1] = loadAverage()
+	r.notesMu.Lock()
+	s.Notes = append(s.Notes, r.notes...)
+	r.notesMu.Unlock()
+	s.evaluate()
+	if ctx.Err() != nil {
+		return s, fmt.Errorf("load run stopped early: %w", ctx.Err())
+	}
+	if cfg.Strict && !s.AllMet {
+		return s, ErrTargetsMissed
+	}
+	return s, nil
+}
+
+func (r *runner) now() int64 { return int64(time.Since(r.t0)) }
+
+func (r *runner) logf(format string, args ...any) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	fmt.Fprintf(r.log, "%s "+format+"\n", append([]any{time.Since(r.t0).Truncate(100 * time.Millisecond)}, args...)...)
+}
+
+func (r *runner) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.notesMu.Lock()
+	r.notes = append(r.notes, msg)
+	r.notesMu.Unlock()
+	r.logf("note: %s", msg)
+}
+
+// setProgress sets what the progress line shows; nil shows nothing.
+func (r *runner) setProgress(f func() string) {
+	if f == nil {
+		r.progress.Store(nil)
+		return
+	}
+	r.progress.Store(&f)
+}
+
+// startProgress prints the current progress line every cfg.Progress.
+func (r *runner) startProgress(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.cfg.Progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if f := r.progress.Load(); f != nil {
+				r.logf("%s", (*f)())
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// phaseProgress describes a running phase: rate since the last call would
+// need state; the phase average is enough for a progress line.
+func (r *runner) phaseProgress(ph *phase, total time.Duration) string {
+	el := ph.elapsed()
+	return fmt.Sprintf("[%s %s/%s] %.0f heartbeats/s, p99 %s, %d errors, %d non-healthy on time, schedule lag p99 %s",
+		ph.name, el.Truncate(time.Second), total, float64(ph.ok.Load())/el.Seconds(),
+		ph.lat.Quantile(0.99).Round(10*time.Microsecond), ph.errs.total(), ph.nonHealthyOnTime.Load(),
+		ph.lag.Quantile(0.99).Round(100*time.Microsecond))
+}
+
+// startWheel runs the heartbeat schedule: one dispatcher goroutine owns the
+// wheel and hands due beats to cfg.Connections workers. It stops when ctx
+// ends; the returned channel closes when every goroutine has returned.
+func (r *runner) startWheel(ctx context.Context, addCh <-chan int32) <-chan struct{} {
+	period := int64(r.cfg.Interval / r.slot)
+	w := NewWheel(r.cfg.N, period, int64(r.cfg.Jitter/r.slot), r.cfg.Seed)
+	work := make(chan workItem, 4*r.cfg.Connections)
+	r.work = work
+	var wg sync.WaitGroup
+	for range r.cfg.Connections {
+		b, err := newBeater(r.hbHC, r.hbURL, r.auth)
+		if err != nil { // the URL was validated; cannot happen
+			r.note("heartbeat worker: %v", err)
+			continue
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case it := <-work:
+					m := &r.mods[it.idx]
+					if m.state.Load() != stateRegistered {
+						continue
+					}
+					ph := r.cur.Load()
+					sent := r.now()
+					lag := sent - it.due*int64(r.slot)
+					r.lastLag.Store(lag)
+					ph.lag.Record(time.Duration(lag))
+					r.beatOnce(ctx, ph, b, m, m.body)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		t := time.NewTicker(r.slot)
+		defer t.Stop()
+		last := int64(time.Since(r.t0) / r.slot)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := int64(time.Since(r.t0) / r.slot)
+		drain:
+			for range 1 << 20 {
+				select {
+				case i := <-addCh:
+					w.Add(i, last)
+				default:
+					break drain
+				}
+			}
+			for tick := last + 1; tick <= now; tick++ {
+				w.Advance(tick, func(i int32) {
+					select {
+					case work <- workItem{idx: i, due: tick}:
+					case <-ctx.Done():
+					}
+				})
+				if ctx.Err() != nil {
+					return
+				}
+			}
+			last = now
+		}
+	})
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+var healthy = []byte(fleetclient.StatusHealthy)
+
+// beatOnce sends one heartbeat and records it in ph. m may be nil (the
+// ceiling's synthetic modules). A request cut short because ctx ended is not
+// counted.
+func (r *runner) beatOnce(ctx context.Context, ph *phase, b *beater, m *module, body []byte) {
+	sent := r.now()
+	start := time.Now()
+	status, answer, err := b.beat(ctx, body)
+	lat := time.Since(start)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	ph.sent.Add(1)
+	if err != nil || status != http.StatusOK {
+		if status == http.StatusConflict && m != nil && m.state.Load() == stateDeregistered {
+			return // raced with our own deregistration
+		}
+		ph.errs.add(errorKind(status, answer, err))
+		return
+	}
+	st, ok := answerStatus(answer)
+	if !ok {
+		ph.errs.add("bad answer")
+		return
+	}
+	ph.lat.Record(lat)
+	ph.ok.Add(1)
+	if m == nil {
+		return
+	}
+	prev := m.lastOK.Swap(sent)
+	if !bytes.Equal(st, healthy) {
+		if prev > 0 && sent-prev < int64(2*r.cfg.Interval) {
+			ph.nonHealthyOnTime.Add(1)
+		} else {
+			ph.nonHealthyLate.Add(1)
+		}
+	}
+}
+
+// settle waits, at most 2H, until no beat is queued and the latest beat
+// left less than H/20 (at least 50 ms) after its due time. It reports
+// whether that happened and how long it waited.
+func (r *runner) settle(ctx context.Context) (bool, time.Duration) {
+	start := time.Now()
+	limit := 2 * r.cfg.Interval
+	threshold := int64(max(r.cfg.Interval/20, 50*time.Millisecond))
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for time.Since(start) < limit {
+		if len(r.work) == 0 && r.lastLag.Load() < threshold {
+			return true, time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+			return false, time.Since(start)
+		case <-t.C:
+		}
+	}
+	return false, time.Since(start)
+}
+
+// warmAndRun runs the closed loop for a short warm-up (a fifth of
+// cfg.PeakDuration, at most 1 s) whose figures are dropped — connections
+// open, heaps and pools grow — then for cfg.PeakDuration into ph.
+func (r *runner) warmAndRun(ctx context.Context, ph *phase, hc *http.Client, url string, n int, pick func(k int) (*module, []byte)) {
+	warm := newPhase(ph.name + " warm-up")
+	if r.cur.Load() == ph {
+		r.cur.Store(warm)
+	}
+	r.closedLoop(ctx, warm, hc, url, n, min(r.cfg.PeakDuration/5, time.Second), pick)
+	if r.cur.Load() == warm {
+		r.cur.Store(ph)
+	}
+	r.closedLoop(ctx, ph, hc, url, n, r.cfg.PeakDuration, pick)
+}
+
+// closedLoop runs cfg.PeakWorkers workers that each heartbeat as fast as
+// they can for d, over n modules picked round-robin by pick.
+func (r *runner) closedLoop(ctx context.Context, ph *phase, hc *http.Client, url string, n int, d time.Duration, pick func(k int) (*module, []byte)) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	ph.restart()
+	var wg sync.WaitGroup
+	// A bound on requests per worker well above what one can send in time.
+	maxPerWorker := int(min(d.Seconds()*200_000, math.MaxInt32))
+	workers := r.cfg.PeakWorkers
+	r.setProgress(func() string { return r.phaseProgress(ph, d) })
+	for w := range workers {
+		b, err := newBeater(hc, url, r.auth)
+		if err != nil {
+			r.note("closed-loop worker: %v", err)
+			continue
+		}
+		wg.Go(func() {
+			k := w
+			for range maxPerWorker {
+				if ctx.Err() != nil {
+					return
+				}
+				m, body := pick(k % n)
+				r.beatOnce(ctx, ph, b, m, body)
+				k += workers
+			}
+		})
+	}
+	wg.Wait()
+	ph.finish()
+	r.setProgress(nil)
+}
+
+// ceiling measures the closed loop against a no-op gin server run as a
+// child process.
+func (r *runner) ceiling(ctx context.Context) (*phase, error) {
+	addr, stop, err := startNoop(ctx, r.cfg.SelfExe, r.log)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	hc := newTransportClient(r.cfg.PeakWorkers, r.cfg.RequestTimeout)
+	defer hc.CloseIdleConnections()
+	n := min(r.cfg.N, 10_000)
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"server_id":"00000000-0000-4000-8000-%012d"}`, i)
+	}
+	ph := newPhase("ceiling")
+	r.warmAndRun(ctx, ph, hc, "http://"+addr+"/v1/mcp/servers/heartbeat", n, func(k int) (*module, []byte) {
+		return nil, bodies[k]
+	})
+	if ph.ok.Load() == 0 {
+		return nil, fmt.Errorf("no request to the no-op server succeeded (%v)", ph.errs.snapshot())
+	}
+	return ph, nil
+}
+
+func ms(v float64) string { return fmt.Sprintf("%.2fms", v) }
+
+func summarizeConfig(cfg Config) RunConfig {
+	return RunConfig{
+		BaseURL:              cfg.BaseURL,
+		N:                    cfg.N,
+		IntervalSeconds:      cfg.Interval.Seconds(),
+		JitterSeconds:        cfg.Jitter.Seconds(),
+		RampPerSecond:        cfg.Ramp,
+		SteadySeconds:        cfg.Duration.Seconds(),
+		Connections:          cfg.Connections,
+		PeakWorkers:          cfg.PeakWorkers,
+		PeakSeconds:          cfg.PeakDuration.Seconds(),
+		ServicePID:           cfg.ServicePID,
+		GoVersion:            runtime.Version(),
+		GOMAXPROCS:           runtime.GOMAXPROCS(0),
+		NumCPU:               runtime.NumCPU(),
+		LoadGeneratorPID:     os.Getpid(),
+		CeilingMeasured:      cfg.Ceiling && cfg.PeakDuration > 0,
+		DeregisteredAtTheEnd: cfg.Deregister,
+	}
+}
