@@ -7,6 +7,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -17,14 +18,20 @@ import (
 )
 
 // TraceConfig configures tracing. Export is on when an OTLP endpoint is configured through the
-// standard OTEL_* variables (the exporter reads them itself); Sampler then follows OTEL_TRACES_SAMPLER.
-// With export off, spans are not recorded but trace ids are still made and propagated, so the
-// registration's trace_id, audit events and alerts carry one either way.
+// standard OTEL_* variables (the exporter reads them itself, and the batch span processor its
+// OTEL_BSP_* ones) or given as Endpoint. With export off, spans are not recorded but trace ids are
+// still made and propagated, so the registration's trace_id, audit events and alerts carry one either
+// way.
 type TraceConfig struct {
 	ServiceName string
 	Export      bool
-	// Sampler overrides the sampler when export is on; nil means the SDK default (parent-based,
-	// always on), which honours OTEL_TRACES_SAMPLER.
+	// Endpoint, if set, is the OTLP/HTTP base URL (like OTEL_EXPORTER_OTLP_ENDPOINT, e.g.
+	// http://127.0.0.1:4318; /v1/traces is appended) and overrides the environment.
+	Endpoint string
+	// SamplerName and SamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, as the service
+	// configuration read them; see NewSampler.
+	SamplerName, SamplerArg string
+	// Sampler overrides the sampler when export is on; nil means NewSampler(SamplerName, SamplerArg).
 	Sampler sdktrace.Sampler
 }
 
@@ -41,16 +48,24 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 		cfg.ServiceName = "mcpfleet"
 	}
 	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName))
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if cfg.Export {
-		exp, err := otlptracehttp.New(ctx)
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{})}
+	if cfg.Export || cfg.Endpoint != "" {
+		sampler := cfg.Sampler
+		if sampler == nil {
+			var err error
+			if sampler, err = NewSampler(cfg.SamplerName, cfg.SamplerArg); err != nil {
+				return nil, fmt.Errorf("tracing: %w", err)
+			}
+		}
+		var eopts []otlptracehttp.Option
+		if cfg.Endpoint != "" {
+			eopts = append(eopts, otlptracehttp.WithEndpointURL(strings.TrimRight(cfg.Endpoint, "/")+"/v1/traces"))
+		}
+		exp, err := otlptracehttp.New(ctx, eopts...)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-		if cfg.Sampler != nil {
-			opts = append(opts, sdktrace.WithSampler(cfg.Sampler))
-		}
+		opts = append(opts, sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
 	} else {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
