@@ -34,6 +34,7 @@ type alertsActor struct {
 	url      string
 	secret   []byte
 	log      *slog.Logger
+	tel      tel
 	sweeping bool
 	again    bool
 	warned   bool
@@ -54,9 +55,9 @@ type alertTick struct{}
 
 type sweepDone struct{}
 
-func newAlertsProps(store alertStore, client *http.Client, url, secret string, log *slog.Logger) *actor.Props {
+func newAlertsProps(store alertStore, client *http.Client, url, secret string, log *slog.Logger, t tel) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &alertsActor{store: store, client: client, url: url, secret: []byte(secret), log: log}
+		return &alertsActor{store: store, client: client, url: url, secret: []byte(secret), log: log, tel: t}
 	}, actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -127,9 +128,9 @@ func (a *alertsActor) sweep(ctx context.Context) error {
 		}
 		for _, al := range alerts {
 			attempts := al.Attempts + 1
-			if derr := a.deliver(ctx, al); derr != nil {
+			if derr := a.deliver(ctx, al, attempts); derr != nil {
 				backoff := min(time.Duration(1<<min(attempts-1, 9))*time.Second, 5*time.Minute)
-				a.log.Warn("alert delivery failed", "event_id", al.EventID, "attempt", attempts, "retry_in", backoff.String(), "err", derr)
+				a.log.WarnContext(eventContext(ctx, al), "alert delivery failed", "event_id", al.EventID, "attempt", attempts, "retry_in", backoff.String(), "err", derr)
 				if err := a.store.MarkAlertFailed(ctx, t, al.EventID, attempts, time.Now().Add(backoff), derr.Error()); err != nil {
 					return err
 				}
@@ -143,7 +144,9 @@ func (a *alertsActor) sweep(ctx context.Context) error {
 	return nil
 }
 
-func (a *alertsActor) deliver(ctx context.Context, al persistence.Alert) error {
+func (a *alertsActor) deliver(ctx context.Context, al persistence.Alert, attempt int) (err error) {
+	ctx, span := a.tel.startDelivery(ctx, al, attempt)
+	defer func() { a.tel.endDelivery(ctx, span, attempt, err) }()
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(c, http.MethodPost, a.url, bytes.NewReader(al.Payload))
@@ -154,6 +157,7 @@ func (a *alertsActor) deliver(ctx context.Context, al persistence.Alert) error {
 	req.Header.Set("User-Agent", "mcpfleet-alerts/1")
 	req.Header.Set(EventIDHeader, al.EventID.String())
 	req.Header.Set(SignatureHeader, Sign(a.secret, al.Payload))
+	injectTraceparent(c, req.Header) // W3C traceparent: the alert.deliver span, in the transition's trace
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("post: %w", err)

@@ -71,6 +71,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(&loaded{})
 	case *registerMsg:
+		span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")
 		key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
 		id, ok := f.byModule[key]
 		if !ok {
@@ -82,10 +83,14 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			f.spawn(ctx, rec)
 		}
 		pid := f.children[id]
+		setServerAttrs(span, key.tenantID, id, key.moduleName)
 		if pid == nil {
+			endSpan(span, ErrUnavailable)
 			ctx.Respond(&registerReply{err: ErrUnavailable})
 			return
 		}
+		msg.req.Trace = carrierOf(span) // the server actor's span is a child of this one
+		span.End()
 		ctx.Forward(pid)
 	case *lookupMsg:
 		rec, ok := f.records[msg.serverID]

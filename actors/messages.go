@@ -142,6 +142,7 @@ func (r *writeResult) err() error {
 
 type stampMsg struct {
 	stamp persistence.Stamp
+	trace telemetry.Carrier // the server.heartbeat span that accepted it
 }
 
 type cascadeMsg struct {

@@ -47,6 +47,7 @@ type serverDeps struct {
 	writeTimeout time.Duration
 	log          *slog.Logger
 	tracer       trace.Tracer
+	metrics      *telemetry.Metrics
 	writer       *actor.PID
 	stamper      *actor.PID
 	skills       *actor.PID
@@ -87,12 +88,17 @@ func (a *serverActor) Receive(ctx actor.Context) {
 	case *heartbeatMsg:
 		sender := ctx.Sender()
 		now := a.deps.clock.Now()
+		span := startSpan(a.deps.tracer, msg.trace, "server.heartbeat")
 		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+			endSpan(span, ErrNotFound)
 			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
 			return
 		}
-		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now) },
-			func(ctx actor.Context) { ctx.Send(sender, &heartbeatReply{err: ErrUnavailable}) })
+		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now, span) },
+			func(ctx actor.Context) {
+				endSpan(span, ErrUnavailable)
+				ctx.Send(sender, &heartbeatReply{err: ErrUnavailable})
+			})
 	case *deregisterMsg:
 		sender := ctx.Sender()
 		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
@@ -160,7 +166,7 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 			}
 			if cerr != nil {
 				// The transition is committed; the skills actor's reconciliation repairs the cascade.
-				a.deps.log.Warn("skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
+				a.deps.log.WarnContext(trc.Context(), "skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
 			}
 			done(ctx, nil)
 			a.idle(ctx)
@@ -186,7 +192,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 		}
 		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 		a.persist(ctx, cmd, nil, carrier, func(ctx actor.Context, err error) {
-			defer span.End()
+			defer endSpan(span, err)
 			if err != nil {
 				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
 				if !a.rec.registered {
@@ -201,6 +207,11 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 				ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
 				return
 			}
+			from := a.rec.row.Status
+			if !a.rec.registered {
+				from = ""
+			}
+			a.deps.metrics.ServerStatus(from, cmd.Server.Status)
 			a.rec.registered = true
 			a.rec.row = slim(cmd.Server)
 			a.rec.lastEvidence = now
@@ -213,9 +224,16 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 	}
 }
 
-func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time) {
+// heartbeat handles an accepted heartbeat under hb, its server.heartbeat span, and ends hb once it
+// has answered.
+func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time, hb trace.Span) {
 	rec := a.rec
+	setServerAttrs(hb, rec.tenantID, rec.id, rec.key.moduleName)
+	if hb.IsRecording() {
+		hb.SetAttributes(statusAttr[rec.row.Status])
+	}
 	if rec.row.Status == health.Deregistered {
+		endSpan(hb, ErrDeregistered)
 		ctx.Send(sender, &heartbeatReply{err: ErrDeregistered})
 		return
 	}
@@ -223,22 +241,25 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		rec.lastEvidence = now
 		rec.stallAtEvidence = a.deps.stall.now()
 	}
-	rec.lastHeartbeatTrace = msg.trace
+	hbc := carrierOf(hb)
+	rec.lastHeartbeatTrace = hbc
 	wall := now.UTC()
 	if rec.row.Status == health.Healthy {
 		if wall.After(rec.row.LastHeartbeatAt) {
 			rec.row.LastHeartbeatAt = wall
 		}
-		ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall}})
+		ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall}, trace: hbc})
 		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
+		hb.End()
 		return
 	}
 	// Recovery on heartbeat (DEC-2353): durable before it is acknowledged.
-	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Healthy)...))
+	_, span := a.deps.tracer.Start(hbc.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Healthy)...))
 	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
 	cmd.Evidence = &wall
-	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, func(ctx actor.Context, err error) {
-		defer span.End()
+	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), func(ctx actor.Context, err error) {
+		endSpan(span, err)
+		defer endSpan(hb, err)
 		if err != nil {
 			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
 			return
@@ -258,8 +279,8 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 	now := a.deps.clock.Now()
 	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Deregistered)...))
 	cmd := a.transitionCmd(health.Deregistered, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
-	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, func(ctx actor.Context, err error) {
-		defer span.End()
+	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), func(ctx actor.Context, err error) {
+		defer endSpan(span, err)
 		if err != nil {
 			ctx.Send(sender, &deregisterReply{err: mapWriteErr(err)})
 			return
@@ -321,10 +342,10 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 			links = append(links, trace.Link{SpanContext: c.SpanContext})
 		}
 	}
-	_, span := a.deps.tracer.Start(context.Background(), "server.transition", trace.WithNewRoot(), trace.WithLinks(links...),
-		trace.WithAttributes(a.transitionAttrs(rec.row.Status, to)...), trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", lag.Milliseconds())))
+	span, eventID := a.startTransitionSpan(to, lag, links)
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 	cmd := a.transitionCmd(to, carrier, now)
+	cmd.EventID = eventID // derived into the span's id: see startTransitionSpan
 	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To {
 		cmd = p // same decision as one whose commit answer was lost: same event id, idempotent
 	} else {
@@ -335,11 +356,14 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 		defer span.End()
 		defer round.done()
 		if err != nil {
-			a.deps.log.Warn("transition not persisted; the next monitor tick retries it",
+			a.deps.log.WarnContext(carrier.Context(), "transition not persisted; the next monitor tick retries it",
 				"server_id", rec.id, "from", cmd.From, "to", cmd.To, "err", err)
 			return
 		}
 		a.applyTransition(cmd)
+		if cmd.To == health.Unhealthy {
+			a.deps.metrics.DetectionLag(context.Background(), lag)
+		}
 		if cmd.AlertKind != "" {
 			ctx.Send(a.deps.alerts, &alertQueued{})
 		}
@@ -383,6 +407,8 @@ func (a *serverActor) evidenceWall(now time.Time) time.Time {
 
 func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
 	rec := a.rec
+	a.deps.metrics.ServerStatus(rec.row.Status, cmd.To)
+	a.deps.metrics.Transition(context.Background(), cmd.From, cmd.To)
 	if cmd.To != health.Deregistered {
 		rec.flaps.record(cmd.At, a.deps.flap.Window)
 		if cmd.AlertKind == persistence.AlertFlapping {

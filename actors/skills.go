@@ -24,6 +24,7 @@ type skillsActor struct {
 	store        reconcileStore
 	log          *slog.Logger
 	writeTimeout time.Duration
+	tel          tel
 	waiting      []cascadeWaiter
 	inflight     bool
 	reconciling  bool
@@ -43,9 +44,9 @@ type reconcileTick struct{}
 
 type reconciled struct{}
 
-func newSkillsProps(writer *actor.PID, store reconcileStore, log *slog.Logger, writeTimeout time.Duration) *actor.Props {
+func newSkillsProps(writer *actor.PID, store reconcileStore, log *slog.Logger, writeTimeout time.Duration, t tel) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &skillsActor{writer: writer, store: store, log: log, writeTimeout: writeTimeout}
+		return &skillsActor{writer: writer, store: store, log: log, writeTimeout: writeTimeout, tel: t}
 	}, actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -106,8 +107,10 @@ func (s *skillsActor) flush(ctx actor.Context) {
 		}
 	}
 	s.inflight = true
-	fut := ctx.RequestFuture(s.writer, &writeRequest{cmds: cmds, deadline: time.Now().Add(s.writeTimeout)}, s.writeTimeout+time.Second)
+	span := s.tel.startCascade(batch)
+	fut := ctx.RequestFuture(s.writer, &writeRequest{cmds: cmds, deadline: time.Now().Add(s.writeTimeout), trace: carrierOf(span)}, s.writeTimeout+time.Second)
 	ctx.ReenterAfter(fut, func(res any, err error) {
+		endSpan(span, err)
 		s.inflight = false
 		for i, w := range batch {
 			e := err

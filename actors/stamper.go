@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -24,6 +23,8 @@ type stamper struct {
 	pending  map[uuid.UUID]persistence.Stamp
 	flushing bool
 	drainers []*actor.PID
+	tel      tel
+	links    batchLinks // the sampled heartbeats of the next flush
 }
 
 type stampStore interface {
@@ -35,11 +36,12 @@ type stampTick struct{}
 type stampFlushed struct {
 	epoch  uint64
 	failed []persistence.Stamp
+	trace  carrier // the stamper.flush span
 }
 
-func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter) *actor.Props {
+func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}}
+		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}, tel: t}
 	}, actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -48,9 +50,11 @@ func (s *stamper) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *stampMsg:
 		s.add(msg.stamp)
+		s.links.Add(msg.trace)
 		if len(s.pending) >= s.maxBatch {
 			s.flush(ctx)
 		}
+		s.tel.metrics.Backlog(telemetryWriterStamps, len(s.pending))
 	case *stampTick:
 		s.flush(ctx)
 	case *stampFlushed:
@@ -62,8 +66,9 @@ func (s *stamper) Receive(ctx actor.Context) {
 			s.add(st)
 		}
 		if len(msg.failed) > 0 {
-			s.log.Warn("stamper: heartbeat stamps not written, will retry", "stamps", len(msg.failed))
+			s.log.WarnContext(msg.trace.Context(), "stamper: heartbeat stamps not written, will retry", "stamps", len(msg.failed))
 		}
+		s.tel.metrics.Backlog(telemetryWriterStamps, len(s.pending))
 		if len(s.drainers) > 0 {
 			if len(msg.failed) > 0 {
 				// Draining at shutdown: one more try is all we give a failing database.
@@ -110,14 +115,14 @@ func (s *stamper) flush(ctx actor.Context) {
 	}
 	s.pending = make(map[uuid.UUID]persistence.Stamp, len(batch))
 	s.flushing = true
-	system, self, epoch, store := ctx.ActorSystem(), ctx.Self(), s.epoch, s.store
+	system, self, epoch, store, t, links := ctx.ActorSystem(), ctx.Self(), s.epoch, s.store, s.tel, s.links
+	s.links = batchLinks{}
 	go func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		var failed []persistence.Stamp
-		if err := store.StampHeartbeats(c, batch); err != nil {
+		trc, err := t.flushStamps(store, batch, links)
+		if err != nil {
 			failed = batch
 		}
-		system.Root.Send(self, &stampFlushed{epoch: epoch, failed: failed})
+		system.Root.Send(self, &stampFlushed{epoch: epoch, failed: failed, trace: trc})
 	}()
 }

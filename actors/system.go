@@ -93,6 +93,8 @@ type Deps struct {
 	Tracer     trace.Tracer // default a no-op tracer
 	HTTPClient *http.Client // for alert webhooks; default a client with a 10 s timeout
 	OnEvent    func(string) // optional observer of supervision events (restarts, respawns)
+	// Metrics, if not nil, records the actors' metrics (and counts OnEvent's restarts and respawns).
+	Metrics *telemetry.Metrics
 }
 
 // Fleet is the running actor system.
@@ -109,6 +111,7 @@ type Fleet struct {
 	timers  []func()
 	readyAt time.Time
 	servers int
+	metrics *telemetry.Metrics
 }
 
 type epochCounter struct{ atomic.Uint64 }
@@ -156,12 +159,21 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 	if deps.HTTPClient == nil {
 		deps.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
+	if m, observe := deps.Metrics, deps.OnEvent; m != nil {
+		deps.OnEvent = func(event string) {
+			m.ActorEvent(event)
+			if observe != nil {
+				observe(event)
+			}
+		}
+	}
+	t := newTel(deps.Tracer, deps.Metrics)
 	log := deps.Log
 	system := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
 		actor.WithDeadLetterRequestLogging(false),
 	)
-	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system}
+	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics}
 	gstrategy := actor.NewOneForOneStrategy(1000, time.Second, func(reason any) actor.Directive {
 		log.Error("system actor failed; restarting it", "reason", reason)
 		if deps.OnEvent != nil {
@@ -187,22 +199,22 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 	epochs := &epochCounter{}
 	if f.writer, err = spawn("writer", newWriterProps(store, log, writerConfig{
 		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
-		commitTimeout: cfg.WriteTimeout,
+		commitTimeout: cfg.WriteTimeout, tel: t,
 	}, epochs)); err != nil {
 		return nil, err
 	}
-	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs)); err != nil {
+	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t)); err != nil {
 		return nil, err
 	}
-	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout)); err != nil {
+	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout, t)); err != nil {
 		return nil, err
 	}
-	if f.alerts, err = spawn("alerts", newAlertsProps(store, deps.HTTPClient, cfg.AlertWebhookURL, cfg.AlertWebhookSecret, log)); err != nil {
+	if f.alerts, err = spawn("alerts", newAlertsProps(store, deps.HTTPClient, cfg.AlertWebhookURL, cfg.AlertWebhookSecret, log, t)); err != nil {
 		return nil, err
 	}
 	sdeps := &serverDeps{
 		clock: deps.Clock, thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, writeTimeout: cfg.WriteTimeout,
-		log: log, tracer: deps.Tracer, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
+		log: log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &stallClock{}, flap: cfg.Flap, massSilence: cfg.MassSilence.Fraction > 0,
 	}
 	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent)); err != nil {
@@ -255,6 +267,7 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 	f.readyAt = f.clock.Now()
 	for _, r := range all {
 		r.lastEvidence = f.readyAt
+		f.metrics.ServerStatus("", r.row.Status)
 	}
 	for i := 0; i < len(all); i += 10000 {
 		chunk := all[i:min(i+10000, len(all))]

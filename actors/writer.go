@@ -34,6 +34,7 @@ type committer interface {
 }
 
 type writerConfig struct {
+	tel           tel           // traces and metrics of the flushes
 	maxBatch      int           // commands per transaction
 	maxPending    int           // queued requests before back-pressure
 	retryBackoff  time.Duration // first retry delay for transient failures
@@ -78,6 +79,7 @@ func (w *writer) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		w.failPending(ctx, "writer stopping")
 	}
+	w.cfg.tel.metrics.Backlog(telemetryWriterCommands, len(w.pending))
 }
 
 func (w *writer) answerDrainers(ctx actor.Context) {
@@ -122,12 +124,11 @@ func (w *writer) maybeFlush(ctx actor.Context) {
 func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 	backoff := w.cfg.retryBackoff
 	for len(batch) > 0 {
-		var cmds []persistence.Command
-		for _, q := range batch {
-			cmds = append(cmds, q.req.cmds...)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.commitTimeout)
+		ctx, span, cmds := w.cfg.tel.startFlush(ctx, batch)
+		start := time.Now()
 		errs := w.store.Commit(ctx, cmds)
+		w.cfg.tel.endFlush(ctx, span, start, len(cmds), errs)
 		cancel()
 		now := time.Now()
 		var retry []queuedWrite
@@ -148,7 +149,7 @@ func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 			system.Root.Send(q.sender, &writeResult{errs: qerrs})
 		}
 		if len(retry) > 0 {
-			w.log.Warn("writer: commit failed, retrying", "requests", len(retry), "backoff", backoff.String(), "err", firstErr(errs))
+			w.log.WarnContext(ctx, "writer: commit failed, retrying", "requests", len(retry), "backoff", backoff.String(), "err", firstErr(errs))
 			time.Sleep(backoff)
 			backoff = min(2*backoff, time.Second)
 		}

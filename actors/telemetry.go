@@ -1,0 +1,214 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// Tracing inside the actors. protoactor-go has no OpenTelemetry support, so every message that crosses
+// actors carries the span context of its cause (a telemetry.Carrier field) and the receiving actor
+// starts its span from it:
+//
+//	HTTP (otelgin) ─▶ fleet.register ─▶ server.register ─▶ writer.apply ─▶ SQL of the command
+//	HTTP (otelgin) ─▶ server.heartbeat [─▶ server.recover ─▶ writer.apply ─▶ SQL]
+//	writer.flush (root; a link to every request it carries) ─▶ BEGIN, batch, COMMIT
+//	stamper.flush (root; a link to every sampled heartbeat it carries) ─▶ UPDATE
+//	server.transition (root; links to the last heartbeat and the registration) ─▶ writer.apply ─▶ SQL
+//	                  └▶ skills.cascade ─▶ writer.apply ─▶ SQL;  alert.deliver (later) ─▶ webhook POST
+//
+// Batch spans hold at most telemetry.MaxLinks links. The monitor's per-server evaluation makes no
+// span (100k servers every 5 s would be 20k spans a second); only a transition does.
+
+// carrier lets files that do not import telemetry name the type of a carried span context.
+type carrier = telemetry.Carrier
+
+// tel is what an actor needs to trace and measure its work. Its zero value records nothing.
+type tel struct {
+	tracer  trace.Tracer
+	metrics *telemetry.Metrics
+}
+
+func newTel(tracer trace.Tracer, m *telemetry.Metrics) tel {
+	if tracer == nil {
+		tracer = noop.NewTracerProvider().Tracer("")
+	}
+	return tel{tracer: tracer, metrics: m}
+}
+
+func (t tel) trc() trace.Tracer {
+	if t.tracer == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return t.tracer
+}
+
+// startSpan starts span name as a child of the carried span (or a root if nothing is carried).
+func startSpan(tracer trace.Tracer, c telemetry.Carrier, name string) trace.Span {
+	_, span := tracer.Start(c.Context(), name)
+	return span
+}
+
+// endSpan ends span, marking it failed if err is not nil.
+func endSpan(span trace.Span, err error) { telemetry.EndSpan(span, err) }
+
+// setServerAttrs puts the server's identity on span, only if it is recording (building the attributes
+// allocates; a non-recording span on the heartbeat path must stay free).
+func setServerAttrs(span trace.Span, tenantID, serverID uuid.UUID, module string) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(
+		attribute.String("mcpfleet.tenant_id", tenantID.String()),
+		attribute.String("mcpfleet.server_id", serverID.String()),
+		attribute.String("mcpfleet.module_name", module),
+	)
+}
+
+var statusAttr = func() map[health.Status]attribute.KeyValue {
+	m := map[health.Status]attribute.KeyValue{}
+	for _, s := range health.Statuses {
+		m[s] = attribute.String("mcpfleet.status", string(s))
+	}
+	return m
+}()
+
+// startTransitionSpan starts the span of a monitor-driven transition to status to, and returns it with
+// the event id the transition must use. A new decision is a new root whose span id is derived from the
+// event id (so alert.deliver, maybe in a later process, can name it as parent); a decision that repeats
+// a pending one whose commit answer was lost keeps that one's event id and trace, as a child of its span.
+func (a *serverActor) startTransitionSpan(to health.Status, lag time.Duration, links []trace.Link) (trace.Span, uuid.UUID) {
+	rec := a.rec
+	opts := []trace.SpanStartOption{trace.WithLinks(links...),
+		trace.WithAttributes(a.transitionAttrs(rec.row.Status, to)...),
+		trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", lag.Milliseconds()))}
+	if p := rec.pending; p != nil && p.From == rec.row.Status && p.To == to {
+		if pc := telemetry.EventCarrier(p.TraceID, p.EventID); pc.SpanContext.IsValid() {
+			_, span := a.deps.tracer.Start(pc.Context(), "server.transition",
+				append(opts, trace.WithAttributes(attribute.Bool("mcpfleet.retry", true)))...)
+			return span, p.EventID
+		}
+	}
+	id := uuid.New()
+	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(id))
+	_, span := a.deps.tracer.Start(ctx, "server.transition", append(opts, trace.WithNewRoot())...)
+	return span, id
+}
+
+// startFlush starts the writer.flush span of one group commit: a root, linked to the (sampled)
+// requests it carries. If any is sampled, the returned context routes each command's statements into
+// the trace of the request that sent it (telemetry.WithBatchRoutes), under a writer.apply span.
+func (t tel) startFlush(ctx context.Context, batch []queuedWrite) (context.Context, trace.Span, []persistence.Command) {
+	var links telemetry.BatchLinks
+	var cmds []persistence.Command
+	n := 0
+	for _, q := range batch {
+		links.Add(q.req.trace)
+		n += len(q.req.cmds)
+	}
+	cmds = make([]persistence.Command, 0, n)
+	for _, q := range batch {
+		cmds = append(cmds, q.req.cmds...)
+	}
+	ctx, span := t.trc().Start(ctx, "writer.flush", trace.WithNewRoot(), trace.WithLinks(links.Links...))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("mcpfleet.batch.requests", len(batch)), attribute.Int("mcpfleet.batch.commands", n),
+			attribute.Int("mcpfleet.batch.links_dropped", links.Dropped))
+	}
+	if len(links.Links) > 0 {
+		parents := make([]telemetry.Carrier, 0, n)
+		for _, q := range batch {
+			for range q.req.cmds {
+				parents = append(parents, q.req.trace)
+			}
+		}
+		ctx = telemetry.WithBatchRoutes(ctx, parents)
+	}
+	return ctx, span, cmds
+}
+
+// endFlush records a group commit's outcome on its span and in the metrics.
+func (t tel) endFlush(ctx context.Context, span trace.Span, start time.Time, n int, errs []error) {
+	err := firstErr(errs)
+	t.metrics.Flush(ctx, telemetry.WriterCommands, n, time.Since(start), err)
+	endSpan(span, err)
+}
+
+// flushStamps writes one batch of heartbeat stamps under a stamper.flush span linked to the sampled
+// heartbeats it carries, and returns the span's carrier (for the log of a failure) and the error.
+func (t tel) flushStamps(store stampStore, batch []persistence.Stamp, links telemetry.BatchLinks) (telemetry.Carrier, error) {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, span := t.trc().Start(c, "stamper.flush", trace.WithNewRoot(), trace.WithLinks(links.Links...))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("mcpfleet.batch.stamps", len(batch)), attribute.Int("mcpfleet.batch.links_dropped", links.Dropped))
+	}
+	start := time.Now()
+	err := store.StampHeartbeats(c, batch)
+	t.metrics.Flush(c, telemetry.WriterStamps, len(batch), time.Since(start), err)
+	endSpan(span, err)
+	return telemetry.SpanCarrier(span), err
+}
+
+// startCascade starts the skills.cascade span of one batch of cascade requests: a child of the first
+// request's span, linked to the others.
+func (t tel) startCascade(batch []cascadeWaiter) trace.Span {
+	var links telemetry.BatchLinks
+	for _, w := range batch[1:] {
+		links.Add(w.msg.trace)
+	}
+	_, span := t.trc().Start(batch[0].msg.trace.Context(), "skills.cascade", trace.WithLinks(links.Links...))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("mcpfleet.batch.servers", len(batch)))
+	}
+	return span
+}
+
+// startDelivery starts the alert.deliver span of one webhook delivery attempt: a child of the span of
+// the transition that raised the alert (its id derives from the event id), so the delivery is in the
+// same trace as the transition, the audit event and the alert's trace_id.
+func (t tel) startDelivery(ctx context.Context, al persistence.Alert, attempt int) (context.Context, trace.Span) {
+	ctx, span := t.trc().Start(telemetry.EventCarrier(al.TraceID, al.EventID).Into(ctx), "alert.deliver",
+		trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("mcpfleet.event_id", al.EventID.String()),
+			attribute.String("mcpfleet.tenant_id", al.TenantID.String()), attribute.Int("mcpfleet.attempt", attempt))
+	}
+	return ctx, span
+}
+
+// endDelivery records a delivery attempt's outcome.
+func (t tel) endDelivery(ctx context.Context, span trace.Span, attempt int, err error) {
+	t.metrics.AlertDelivery(ctx, attempt, err)
+	endSpan(span, err)
+}
+
+// injectTraceparent writes ctx's span context into h as W3C traceparent (and tracestate).
+func injectTraceparent(ctx context.Context, h map[string][]string) {
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// eventContext is the context of a log record about an event recorded in trace traceID.
+func eventContext(ctx context.Context, al persistence.Alert) context.Context {
+	return telemetry.EventCarrier(al.TraceID, al.EventID).Into(ctx)
+}
+
+// Short names for telemetry's, for the files that do not import it.
+const (
+	telemetryWriterCommands = telemetry.WriterCommands
+	telemetryWriterStamps   = telemetry.WriterStamps
+)
+
+type batchLinks = telemetry.BatchLinks
+
+// carrierOf returns the carrier of span.
+func carrierOf(span trace.Span) carrier { return telemetry.SpanCarrier(span) }
