@@ -56,6 +56,8 @@ type Deps struct {
 	Log            *slog.Logger
 	TracerProvider trace.TracerProvider          // optional
 	Propagator     propagation.TextMapPropagator // optional
+	Metrics        *telemetry.Metrics            // optional: request and heartbeat metrics
+	MetricsHandler http.Handler                  // optional: served at GET /metrics (Prometheus)
 	// Ready reports whether the service is ready; until it is, /v1 answers 503 and /readyz fails.
 	Ready func() bool
 }
@@ -87,10 +89,9 @@ func (s *Server) Handler() http.Handler {
 	r := gin.New()
 	r.ContextWithFallback = true
 	r.HandleMethodNotAllowed = true
-	r.Use(s.recoverer())
+	r.Use(s.observe(), s.recoverer())
 	if s.deps.TracerProvider != nil {
-		r.Use(otelgin.Middleware("mcpfleet", otelgin.WithTracerProvider(s.deps.TracerProvider),
-			otelgin.WithPropagators(s.deps.Propagator)))
+		r.Use(otelgin.Middleware("mcpfleet", s.otelginOptions()...))
 		r.Use(s.traceparentOut())
 	}
 	r.NoRoute(func(c *gin.Context) {
@@ -101,6 +102,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.readyz)
+	if s.deps.MetricsHandler != nil {
+		r.GET("/metrics", gin.WrapH(s.deps.MetricsHandler))
+	}
 
 	all := []persistence.Role{persistence.RoleModule, persistence.RoleOperator, persistence.RoleAdmin}
 	readers := all

@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+// heartbeatRoute is the route whose answers are counted as accepted or rejected heartbeats.
+const heartbeatRoute = "/v1/mcp/servers/heartbeat"
+
+// observe records every request's duration by method, route and status code and, for the heartbeat
+// route, whether the heartbeat was accepted (200) or rejected and why (the status code's reason:
+// telemetry.StatusReason). It runs outside the recoverer, so a panic counts as the 500 it became.
+func (s *Server) observe() gin.HandlerFunc {
+	m := s.deps.Metrics
+	if m == nil {
+		return func(c *gin.Context) { c.Next() }
+	}
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		status, route, ctx := c.Writer.Status(), c.FullPath(), c.Request.Context()
+		m.HTTPRequest(ctx, c.Request.Method, route, status, time.Since(start))
+		if route == heartbeatRoute {
+			if status == http.StatusOK {
+				m.HeartbeatAccepted(ctx)
+			} else {
+				m.HeartbeatRejected(ctx, telemetry.StatusReason(status))
+			}
+		}
+	}
+}
+
+// otelginOptions configure the tracing middleware: the service's tracer provider and propagator, no
+// metrics (observe records them, and otelgin would otherwise use the global meter provider), and no
+// spans for scrapes and probes.
+func (s *Server) otelginOptions() []otelgin.Option {
+	return []otelgin.Option{
+		otelgin.WithTracerProvider(s.deps.TracerProvider),
+		otelgin.WithPropagators(s.deps.Propagator),
+		otelgin.WithMeterProvider(noop.NewMeterProvider()),
+		otelgin.WithGinFilter(func(c *gin.Context) bool {
+			switch c.FullPath() {
+			case "/metrics", "/healthz", "/readyz":
+				return false
+			}
+			return true
+		}),
+	}
+}
