@@ -29,6 +29,10 @@ type Config struct {
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
 	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
+
+	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
+	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
+	TraceSampler, TraceSamplerArg string
 }
 
 // FromEnv reads the configuration from getenv, applies defaults and validates it.
@@ -42,6 +46,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		TraceExport:        getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
 		DBMaxConns:         8,
 	}
+	c.TraceSampler, c.TraceSamplerArg = getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG")
 	var errs []error
 	dur := func(name string, def time.Duration, dst *time.Duration) {
 		v := getenv(name)

@@ -28,6 +28,9 @@ type Options struct {
 	Log           *slog.Logger
 	LogOutput     io.Writer // where the default logger writes; default io.Discard... set by the command
 	OnEvent       func(string)
+	// TraceEndpoint, if set, exports traces over OTLP/HTTP to this base URL whatever the environment
+	// says (tests; in production set OTEL_EXPORTER_OTLP_ENDPOINT).
+	TraceEndpoint string
 }
 
 // Service is a running mcpfleet.
@@ -37,6 +40,8 @@ type Service struct {
 	store   *persistence.Store
 	fleet   *actors.Fleet
 	tracing *telemetry.Tracing
+	prom    *telemetry.Prometheus
+	metrics *telemetry.Metrics
 	http    *http.Server
 	ln      net.Listener
 	ready   atomic.Bool
@@ -58,11 +63,15 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}
 	var err error
-	s.tracing, err = telemetry.NewTracing(ctx, telemetry.TraceConfig{ServiceName: "mcpfleet", Export: cfg.TraceExport})
+	s.tracing, err = telemetry.NewTracing(ctx, telemetry.TraceConfig{ServiceName: "mcpfleet", Export: cfg.TraceExport,
+		Endpoint: opt.TraceEndpoint, SamplerName: cfg.TraceSampler, SamplerArg: cfg.TraceSamplerArg})
 	if err != nil {
 		return nil, err
 	}
-	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet"})
+	if err := s.startMetrics(); err != nil {
+		return nil, err
+	}
+	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Tracer: s.pgxTracer(opt)})
 	if err != nil {
 		return nil, err
 	}
@@ -75,13 +84,14 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
 		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
 		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
-	}, s.store, actors.Deps{Clock: opt.Clock, Log: log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent})
+	}, s.store, actors.Deps{Clock: opt.Clock, Log: log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics})
 	if err != nil {
 		s.store.Close()
 		return nil, err
 	}
 	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
+		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
 		Ready: s.ready.Load,
 	})
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
@@ -129,6 +139,9 @@ func (s *Service) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.store.Close()
+	if err := s.prom.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		errs = append(errs, fmt.Errorf("metrics shutdown: %w", err))
+	}
 	if err := s.tracing.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
 	}
