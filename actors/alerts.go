@@ -66,8 +66,8 @@ func (a *alertsActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *alertQueued, *alertTick:
 		if a.url == "" {
-			if _, queued := msg.(*alertQueued); queued && !a.warned {
-				a.log.Warn("an unhealthy alert is waiting in the outbox but MCPFLEET_ALERT_WEBHOOK_URL is not set; it will be delivered once it is")
+			if q, queued := msg.(*alertQueued); queued && !a.warned {
+				a.log.WarnContext(q.trace.Context(), "an unhealthy alert is waiting in the outbox but MCPFLEET_ALERT_WEBHOOK_URL is not set; it will be delivered once it is")
 				a.warned = true
 			}
 			return

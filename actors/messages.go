@@ -154,7 +154,9 @@ type cascadeMsg struct {
 
 type cascadeReply struct{ err error }
 
-type alertQueued struct{}
+type alertQueued struct {
+	trace telemetry.Carrier // the transition that queued the alert, if any
+}
 
 // drainMsg asks a persistence actor to finish everything it holds and answer *drained.
 type drainMsg struct{}

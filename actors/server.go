@@ -365,7 +365,7 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 			a.deps.metrics.DetectionLag(context.Background(), lag)
 		}
 		if cmd.AlertKind != "" {
-			ctx.Send(a.deps.alerts, &alertQueued{})
+			ctx.Send(a.deps.alerts, &alertQueued{trace: carrier})
 		}
 	})
 }
@@ -413,7 +413,7 @@ func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
 		rec.flaps.record(cmd.At, a.deps.flap.Window)
 		if cmd.AlertKind == persistence.AlertFlapping {
 			rec.flaps.alerted = true
-			a.deps.log.Warn("server is flapping: one alert for the episode", "server_id", rec.id, "transitions", cmd.FlapCount)
+			a.deps.log.WarnContext(telemetry.EventCarrier(cmd.TraceID, cmd.EventID).Context(), "server is flapping: one alert for the episode", "server_id", rec.id, "transitions", cmd.FlapCount)
 		}
 	}
 	rec.row.Status = cmd.To
