@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpfleet/mcpfleet/telemetry"
@@ -33,3 +35,6 @@ func (s *Service) Metrics() *telemetry.Metrics { return s.metrics }
 func (s *Service) MCPObserver() *telemetry.MCPObserver {
 	return &telemetry.MCPObserver{Tracer: s.tracing.Tracer, Metrics: s.metrics}
 }
+
+// FlushTraces exports the spans ended so far (tests, before they look in the trace backend).
+func (s *Service) FlushTraces(ctx context.Context) error { return s.tracing.Provider.ForceFlush(ctx) }
