@@ -1,0 +1,55 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/chaos"
+)
+
+// TestChaosShort runs the short schedule (make test): the real binary, built with -tags chaos, against a
+// private PostgreSQL cluster, with 60 simulated modules at H = 1 s and a subset of the faults — server
+// actors killed, the writer and the alert actor panicked, 60 % of heartbeats dropped, kill -9 and
+// restart, PostgreSQL stopped for 8 s and restarted, SIGSTOP for 5 s. About two minutes. The full
+// schedule is make chaos (cmd/mcpfleet-chaos). MCPFLEET_CHAOS_BINARY names a prebuilt service binary.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite runs the service binary against a private PostgreSQL cluster for about two minutes")
+	}
+	root, err := chaos.ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	if dl, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
+	}
+	defer cancel()
+	res, err := chaos.Run(ctx, chaos.Config{Schedule: "short", Root: root, Binary: os.Getenv("MCPFLEET_CHAOS_BINARY"), Log: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Report)
+	if res.Failed() {
+		t.Errorf("chaos: %d invariant violations%s; history, report and service logs in %s", len(res.Report.Violations),
+			suiteError(res.Report), res.Dir)
+	}
+}
+
+func suiteError(r *chaos.Report) string {
+	if r.SuiteError == "" {
+		return ""
+	}
+	return ", and the schedule stopped: " + r.SuiteError
+}
+
+// logWriter sends the suite's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
