@@ -176,6 +176,12 @@ func IsTransient(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		// The server refused a new connection (down, starting, or refusing this role for now, e.g. a
+		// FATAL 42501 while CONNECT is revoked): an outage, whatever the SQLSTATE says.
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code[:2] {
