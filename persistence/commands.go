@@ -125,8 +125,11 @@ type RegisterCmd struct {
 	Protocols    []string
 	Capabilities json.RawMessage // may be nil
 	Tools        []Tool
-	TraceID      string
-	At           time.Time
+	// Endpoint is the module's MCP endpoint, if it gave one: stored in server_config (see
+	// queueRegisteredEndpoint). Empty leaves the stored endpoint as it is.
+	Endpoint string
+	TraceID  string
+	At       time.Time
 
 	// Results, set by Apply.
 	Server  Server
@@ -164,6 +167,9 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 		SELECT up.*, coalesce((SELECT status FROM prev), '') FROM up`,
 		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID, c.EventID)
 	queueSkillUpsert(b, c.TenantID, c.ModuleName, c.Tools, true, c.At)
+	if c.Endpoint != "" {
+		queueRegisteredEndpoint(b, c.TenantID, c.ModuleName, c.Endpoint, c.At)
+	}
 }
 
 // Read implements Command.
@@ -178,8 +184,13 @@ func (c *RegisterCmd) Read(br pgx.BatchResults) error {
 	}
 	s.Status = health.Status(status)
 	c.Server, c.Created, c.From = s, inserted, health.Status(prev)
-	if err := readSkillUpsert(br); err != nil {
+	if _, err := readSkillUpsert(br); err != nil {
 		return fmt.Errorf("register: %w", err)
+	}
+	if c.Endpoint != "" {
+		if err := readRegisteredEndpoint(br); err != nil {
+			return fmt.Errorf("register: %w", err)
+		}
 	}
 	return nil
 }

@@ -86,14 +86,16 @@ func queueSkillUpsert(b *pgx.Batch, tenantID uuid.UUID, moduleName string, tools
 		tenantID, moduleName, names, at)
 }
 
-func readSkillUpsert(br pgx.BatchResults) error {
+// readSkillUpsert reads the results of queueSkillUpsert and returns how many skills it orphaned.
+func readSkillUpsert(br pgx.BatchResults) (orphaned int64, err error) {
 	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("upsert skills: %w", err)
+		return 0, fmt.Errorf("upsert skills: %w", err)
 	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("orphan skills: %w", err)
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, fmt.Errorf("orphan skills: %w", err)
 	}
-	return nil
+	return tag.RowsAffected(), nil
 }
 
 // ReconcileSkills makes every skill of tenantID agree with its server's status: available exactly when
