@@ -92,6 +92,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		msg.req.Trace = carrierOf(span) // the server actor's span is a child of this one
 		span.End()
 		ctx.Forward(pid)
+	case *configureMsg:
+		f.configure(ctx, msg)
 	case *lookupMsg:
 		rec, ok := f.records[msg.serverID]
 		ctx.Respond(&lookupReply{known: ok && rec.tenantID == msg.tenantID})

@@ -32,6 +32,7 @@ type RegisterRequest struct {
 	Protocols    []string
 	Capabilities json.RawMessage
 	Tools        []persistence.Tool
+	Endpoint     string // the module's MCP endpoint, if it gave one (already checked against the endpoint policy)
 	Trace        telemetry.Carrier
 }
 

@@ -85,6 +85,10 @@ func (a *serverActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *registerMsg:
 		a.register(ctx, msg)
+	case *configureMsg:
+		a.configure(ctx, msg)
+	case *contactMsg:
+		a.receiveContact(ctx, msg)
 	case *heartbeatMsg:
 		sender := ctx.Sender()
 		now := a.deps.clock.Now()
@@ -188,7 +192,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 		cmd := &persistence.RegisterCmd{
 			EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
 			Version: msg.req.Version, Protocols: msg.req.Protocols, Capabilities: msg.req.Capabilities,
-			Tools: msg.req.Tools, TraceID: traceID, At: now.UTC(),
+			Tools: msg.req.Tools, Endpoint: msg.req.Endpoint, TraceID: traceID, At: now.UTC(),
 		}
 		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 		a.persist(ctx, cmd, nil, carrier, func(ctx actor.Context, err error) {
