@@ -60,6 +60,8 @@ type Deps struct {
 	MetricsHandler http.Handler                  // optional: served at GET /metrics (Prometheus)
 	// Ready reports whether the service is ready; until it is, /v1 answers 503 and /readyz fails.
 	Ready func() bool
+	// Remote is the MCP client side (configured servers, connection tests, imports, skill switches).
+	Remote Remote
 }
 
 // Server is the HTTP API.
@@ -119,6 +121,7 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/mcp/servers/:server_id", s.handle(readers, s.getServer))
 	v1.GET("/mcp/servers/:server_id/skills", s.handle(readers, s.listSkills))
 	v1.GET("/mcp/audit", s.handle(ops, s.listAudit))
+	s.configRoutes(v1)
 	s.registerChaos(r) // POST /chaos/crash, only in binaries built with -tags chaos
 	return r
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/remote"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -46,6 +47,9 @@ type RegisterBody struct {
 	Version                 string          `json:"version"`
 	SupportedProtocols      []string        `json:"supported_protocols"`
 	CapabilityAdvertisement json.RawMessage `json:"capability_advertisement"`
+	// Endpoint is the module's MCP endpoint (optional), if the service may call it: checked against the
+	// endpoint policy and stored in the server's configuration.
+	Endpoint string `json:"endpoint"`
 }
 
 type capabilityBody struct {
@@ -199,6 +203,11 @@ func (s *Server) register(c *gin.Context) error {
 	ctx := c.Request.Context()
 	req.TenantID = p.TenantID
 	req.Trace = telemetry.CarrierFrom(ctx)
+	if body.Endpoint != "" {
+		if req.Endpoint, err = s.checkEndpoint(ctx, body.Endpoint); err != nil {
+			return err
+		}
+	}
 	res, err := s.fleet.Register(ctx, req)
 	if err != nil {
 		return fleetError(err)
@@ -286,9 +295,9 @@ func (s *Server) listServers(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
-	out := make([]ServerJSON, len(servers))
-	for i, srv := range servers {
-		out[i] = serverJSON(srv)
+	out, err := s.serverDetails(c.Request.Context(), p.TenantID, servers)
+	if err != nil {
+		return storeError(err)
 	}
 	next := ""
 	if len(servers) == f.Limit {
@@ -308,8 +317,7 @@ func (s *Server) getServer(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
-	c.JSON(http.StatusOK, serverJSON(srv))
-	return nil
+	return s.writeServer(c, srv)
 }
 
 // SkillJSON is a skill of the API.
@@ -324,6 +332,9 @@ type SkillJSON struct {
 	Orphaned    bool            `json:"orphaned"`
 	OrphanedAt  *time.Time      `json:"orphaned_at"`
 	UpdatedAt   time.Time       `json:"updated_at"`
+	// ServerEnabled is the server's enabled flag; Callable is enabled && available && server enabled.
+	ServerEnabled bool `json:"server_enabled"`
+	Callable      bool `json:"callable"`
 }
 
 func (s *Server) listSkills(c *gin.Context) error {
@@ -340,11 +351,13 @@ func (s *Server) listSkills(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
+	srvEnabled, err := s.serverEnabled(ctx, p.TenantID, id)
+	if err != nil {
+		return storeError(err)
+	}
 	out := make([]SkillJSON, len(skills))
 	for i, k := range skills {
-		out[i] = SkillJSON{SkillID: k.SkillID, ServerID: k.ServerID, Name: k.Name, Description: k.Description,
-			InputSchema: k.InputSchema, Enabled: k.Enabled, Available: k.Available, Orphaned: k.OrphanedAt != nil,
-			OrphanedAt: k.OrphanedAt, UpdatedAt: k.UpdatedAt.UTC()}
+		out[i] = skillJSON(remote.SkillState{Skill: k, ServerEnabled: srvEnabled})
 	}
 	c.JSON(http.StatusOK, gin.H{"skills": out})
 	return nil

@@ -1,0 +1,519 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/mcpclient"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/remote"
+)
+
+// Remote is what the API needs of the MCP client side: configured servers, connection tests, imports
+// and skill switches.
+type Remote interface {
+	CheckEndpoint(ctx context.Context, raw string) (string, error)
+	Configure(ctx context.Context, tenantID uuid.UUID, in remote.ConfigureInput) (remote.Server, error)
+	Update(ctx context.Context, tenantID, serverID uuid.UUID, in remote.PatchInput) (remote.Server, error)
+	Describe(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]remote.Description, error)
+	TestConnection(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ConnectionReport, error)
+	Import(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ImportReport, error)
+	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool) (remote.SkillState, error)
+}
+
+var _ Remote = (*remote.Service)(nil)
+
+// configRoutes registers the configured-server endpoints: configuring, testing and importing reach an
+// external party on an administrator's behalf and are admin only; switching skills is for operators too.
+func (s *Server) configRoutes(v1 *gin.RouterGroup) {
+	admins := []persistence.Role{persistence.RoleAdmin}
+	ops := []persistence.Role{persistence.RoleOperator, persistence.RoleAdmin}
+	v1.POST("/mcp/servers", s.handle(admins, s.configureServer))
+	v1.PATCH("/mcp/servers/:server_id", s.handle(admins, s.patchServer))
+	v1.POST("/mcp/servers/:server_id/test-connection", s.handle(admins, s.testConnection))
+	v1.POST("/mcp/servers/:server_id/import", s.handle(admins, s.importCatalogue))
+	v1.POST("/mcp/skills/:skill_id/enable", s.handle(ops, s.enableSkill))
+	v1.POST("/mcp/skills/:skill_id/disable", s.handle(ops, s.disableSkill))
+}
+
+// AuthBody is how a configured server authenticates the client.
+type AuthBody struct {
+	Mode       string  `json:"mode"`
+	HeaderName string  `json:"header_name"`
+	Credential *string `json:"credential"`
+}
+
+func (a *AuthBody) input() *remote.AuthInput {
+	if a == nil {
+		return nil
+	}
+	in := &remote.AuthInput{Mode: a.Mode, HeaderName: a.HeaderName}
+	if a.Credential != nil {
+		in.Credential, in.CredentialSet = *a.Credential, true
+	}
+	return in
+}
+
+// ConfigureBody is the body of POST /v1/mcp/servers.
+type ConfigureBody struct {
+	ModuleName       string    `json:"module_name"`
+	Version          string    `json:"version"`
+	Endpoint         string    `json:"endpoint"`
+	Auth             *AuthBody `json:"auth"`
+	DataClass        *string   `json:"data_class"`
+	RequiresApproval *bool     `json:"requires_approval"`
+	Enabled          *bool     `json:"enabled"`
+	Liveness         string    `json:"liveness"`
+}
+
+// PatchBody is the body of PATCH /v1/mcp/servers/{server_id}: absent fields are left as they are; auth
+// null removes authentication, data_class null removes the data class. In auth, an absent credential
+// keeps the stored one.
+type PatchBody struct {
+	ModuleName       *string            `json:"module_name"`
+	Version          *string            `json:"version"`
+	Endpoint         *string            `json:"endpoint"`
+	Auth             optional[AuthBody] `json:"auth"`
+	DataClass        optional[string]   `json:"data_class"`
+	RequiresApproval *bool              `json:"requires_approval"`
+	Enabled          *bool              `json:"enabled"`
+	Liveness         *string            `json:"liveness"`
+}
+
+// optional is a JSON member that distinguishes absent (Set false), null (Set, Value nil) and a value.
+type optional[T any] struct {
+	Set   bool
+	Value *T
+}
+
+// UnmarshalJSON implements json.Unmarshaler, strictly (unknown fields are refused, as everywhere).
+func (o *optional[T]) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var v T
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	o.Value = &v
+	return nil
+}
+
+func validModuleName(name string) error {
+	switch {
+	case name == "":
+		return badRequest("missing_field", "module_name", "module_name is required")
+	case len(name) > maxModuleName:
+		return badRequest("invalid_field", "module_name", fmt.Sprintf("module_name must be at most %d characters", maxModuleName))
+	case !moduleNameRE.MatchString(name):
+		return badRequest("invalid_field", "module_name", "module_name may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit")
+	}
+	return nil
+}
+
+func validVersion(v string) error {
+	switch {
+	case v == "":
+		return nil
+	case len(v) > maxVersion:
+		return badRequest("invalid_field", "version", fmt.Sprintf("version must be at most %d characters", maxVersion))
+	case !versionRE.MatchString(v):
+		return badRequest("invalid_field", "version", "version may contain only letters, digits, '.', '+', '_' and '-'")
+	}
+	return nil
+}
+
+func (s *Server) configureServer(c *gin.Context) error {
+	p := principalOf(c)
+	var body ConfigureBody
+	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+		return err
+	}
+	if err := validModuleName(body.ModuleName); err != nil {
+		return err
+	}
+	if err := validVersion(body.Version); err != nil {
+		return err
+	}
+	if body.Endpoint == "" {
+		return badRequest("missing_field", "endpoint", "endpoint is required: the server's Streamable HTTP URL")
+	}
+	in := remote.ConfigureInput{
+		ModuleName: body.ModuleName, Version: body.Version, Endpoint: body.Endpoint, Auth: body.Auth.input(),
+		RequiresApproval: body.RequiresApproval, Enabled: body.Enabled, Liveness: body.Liveness,
+	}
+	if body.DataClass != nil {
+		in.DataClass = *body.DataClass
+		if in.DataClass == "" {
+			return badRequest("invalid_field", "data_class", "data_class must not be empty: omit it (or send null) to declare none")
+		}
+	}
+	srv, err := s.deps.Remote.Configure(c.Request.Context(), p.TenantID, in)
+	if err != nil {
+		return remoteError(err)
+	}
+	c.JSON(http.StatusCreated, serverDetailJSON(srv.Server, srv.Description))
+	return nil
+}
+
+func (s *Server) patchServer(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	var body PatchBody
+	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+		return err
+	}
+	if body.ModuleName != nil {
+		return badRequest("immutable_field", "module_name", "module_name cannot be changed: it is the server's identity in its tenant")
+	}
+	if body.Version != nil {
+		return badRequest("immutable_field", "version", "version is the module's to report at registration; it cannot be changed here")
+	}
+	in := remote.PatchInput{
+		Endpoint: body.Endpoint, AuthSet: body.Auth.Set, Auth: body.Auth.Value.input(),
+		DataClassSet: body.DataClass.Set, RequiresApproval: body.RequiresApproval, Enabled: body.Enabled,
+		Liveness: body.Liveness,
+	}
+	if body.DataClass.Value != nil {
+		in.DataClass = *body.DataClass.Value
+		if in.DataClass == "" {
+			return badRequest("invalid_field", "data_class", "data_class must not be empty: send null to remove it")
+		}
+	}
+	if body.Endpoint != nil && *body.Endpoint == "" {
+		return badRequest("invalid_field", "endpoint", "endpoint must not be empty")
+	}
+	srv, err := s.deps.Remote.Update(c.Request.Context(), p.TenantID, id, in)
+	if err != nil {
+		return remoteError(err)
+	}
+	c.JSON(http.StatusOK, serverDetailJSON(srv.Server, srv.Description))
+	return nil
+}
+
+func (s *Server) testConnection(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	rep, err := s.deps.Remote.TestConnection(c.Request.Context(), p.TenantID, id)
+	if err != nil {
+		return remoteError(err)
+	}
+	farSide(c)
+	if !rep.Reachable {
+		c.JSON(http.StatusOK, gin.H{"reachable": false, "failure_class": rep.FailureClass, "reason": rep.Reason})
+		return nil
+	}
+	c.JSON(http.StatusOK, gin.H{
+		"reachable": true, "latency_ms": rep.LatencyMS, "protocol_version": rep.ProtocolVersion,
+		"server_info": rep.ServerInfo, "negotiation_path": rep.NegotiationPath, "last_contact": rep.LastContact.UTC(),
+		"transport": remote.Transport,
+	})
+	return nil
+}
+
+// SkippedJSON is a tool an import skipped.
+type SkippedJSON struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+func (s *Server) importCatalogue(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	rep, err := s.deps.Remote.Import(c.Request.Context(), p.TenantID, id)
+	if err != nil {
+		return remoteError(err)
+	}
+	skipped := make([]SkippedJSON, len(rep.Skipped))
+	for i, k := range rep.Skipped {
+		skipped[i] = SkippedJSON{Name: k.Name, Reason: k.Reason}
+	}
+	out := gin.H{
+		"import_status": rep.ImportStatus, "tool_count": rep.ToolCount, "added": rep.Added, "kept": rep.Kept,
+		"orphaned": rep.Orphaned, "skipped": skipped, "last_imported": rep.LastImported.UTC(),
+		"catalogue": catalogueJSON(rep.CatalogueTTL, rep.CatalogueFreshUntil),
+	}
+	if rep.ImportStatus == persistence.ImportFailed {
+		out["import_error"], out["failure_class"] = rep.ImportError, rep.FailureClass
+	} else {
+		out["last_contact"], out["last_latency_ms"] = rep.LastContact.UTC(), rep.LastContactLatencyMS
+	}
+	farSide(c)
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+// farSide marks an answer that carries text the far side wrote: it is JSON (with <, > and & escaped),
+// never to be sniffed as anything else.
+func farSide(c *gin.Context) {
+	c.Header("X-Content-Type-Options", "nosniff")
+	c.Header("Cache-Control", "no-store")
+}
+
+func (s *Server) enableSkill(c *gin.Context) error  { return s.setSkill(c, true) }
+func (s *Server) disableSkill(c *gin.Context) error { return s.setSkill(c, false) }
+
+func (s *Server) setSkill(c *gin.Context, enabled bool) error {
+	p := principalOf(c)
+	raw := c.Param("skill_id")
+	id, err := uuid.Parse(raw)
+	if err != nil || len(raw) != 36 {
+		return badRequest("invalid_field", "skill_id", "skill_id must be a UUID")
+	}
+	k, err := s.deps.Remote.SetSkillEnabled(c.Request.Context(), p.TenantID, id, enabled)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return problem(http.StatusNotFound, "not_found", "no such skill in this tenant")
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	c.JSON(http.StatusOK, skillJSON(k))
+	return nil
+}
+
+func skillJSON(k remote.SkillState) SkillJSON {
+	return SkillJSON{SkillID: k.Skill.SkillID, ServerID: k.Skill.ServerID, Name: k.Skill.Name, Description: k.Skill.Description,
+		InputSchema: k.Skill.InputSchema, Enabled: k.Skill.Enabled, Available: k.Skill.Available, Orphaned: k.Skill.OrphanedAt != nil,
+		OrphanedAt: k.Skill.OrphanedAt, UpdatedAt: k.Skill.UpdatedAt.UTC(), ServerEnabled: k.ServerEnabled, Callable: k.Callable()}
+}
+
+// serverEnabled returns whether serverID of tenantID is enabled (true for a server without
+// configuration).
+func (s *Server) serverEnabled(ctx context.Context, tenantID, serverID uuid.UUID) (bool, error) {
+	if s.deps.Remote == nil {
+		return true, nil
+	}
+	d, err := s.deps.Remote.Describe(ctx, tenantID, []uuid.UUID{serverID})
+	if err != nil {
+		return false, err
+	}
+	desc, ok := d[serverID]
+	if !ok {
+		return false, persistence.ErrNotFound
+	}
+	return desc.Config.Enabled, nil
+}
+
+// AuthJSON is the authentication of a server as configured — never resolved, never the credential.
+type AuthJSON struct {
+	// Mode is "none", "bearer" or "header", or a stored value this client does not offer, verbatim
+	// (then Supported is false: the server cannot be reached until it is fixed).
+	Mode                 string  `json:"mode"`
+	HeaderName           *string `json:"header_name"`
+	Supported            bool    `json:"supported"`
+	CredentialConfigured bool    `json:"credential_configured"`
+}
+
+// CatalogueJSON is the freshness of a server's imported catalogue, from its cache hint (ttlMs).
+type CatalogueJSON struct {
+	TTLMS      *int64     `json:"ttl_ms"`
+	FreshUntil *time.Time `json:"fresh_until"`
+	Fresh      bool       `json:"fresh"`
+}
+
+func catalogueJSON(ttl time.Duration, until *time.Time) CatalogueJSON {
+	var out CatalogueJSON
+	if ttl > 0 {
+		ms := ttl.Milliseconds()
+		out.TTLMS = &ms
+	}
+	if until != nil {
+		u := until.UTC()
+		out.FreshUntil, out.Fresh = &u, time.Now().Before(u)
+	}
+	return out
+}
+
+// ProbeJSON is the outcome of the last probe of a probe server since the service started (held in memory,
+// never stored).
+type ProbeJSON struct {
+	At           time.Time `json:"at"`
+	Reachable    bool      `json:"reachable"`
+	LatencyMS    *int64    `json:"latency_ms,omitempty"`
+	FailureClass string    `json:"failure_class,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+}
+
+// ServerDetailJSON is the server object with what an operator needs to judge it: the mcp_servers
+// fields, then its configuration and the evidence behind its status.
+type ServerDetailJSON struct {
+	ServerJSON
+	// Endpoint is the server's Streamable HTTP URL (null when none is known).
+	Endpoint *string `json:"endpoint"`
+	// Transport is stated, not stored: Streamable HTTP is the only transport this client speaks.
+	Transport string   `json:"transport"`
+	Auth      AuthJSON `json:"auth"`
+	// Enabled: a disabled server's skills are not callable, whatever their own flags.
+	Enabled  bool   `json:"enabled"`
+	Liveness string `json:"liveness"`
+	// The evidence behind status, beside last_heartbeat_at: the last completed round trip with the
+	// server (connection test, import, probe) and its latency, and the last probe.
+	LastContact   *time.Time `json:"last_contact"`
+	LastLatencyMS *int64     `json:"last_latency_ms"`
+	LastProbe     *ProbeJSON `json:"last_probe"`
+	// DataClass is null when the server declares none: it supplies nothing (import is refused).
+	DataClass        *string       `json:"data_class"`
+	RequiresApproval bool          `json:"requires_approval"`
+	ToolCount        int           `json:"tool_count"`
+	ImportStatus     string        `json:"import_status"`
+	ImportError      *string       `json:"import_error"`
+	LastImported     *time.Time    `json:"last_imported"`
+	Catalogue        CatalogueJSON `json:"catalogue"`
+	// ConfigUpdatedAt is the last operator edit of the configuration (null: never edited).
+	ConfigUpdatedAt *time.Time `json:"config_updated_at"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func utcOrNil(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func serverDetailJSON(srv persistence.Server, d remote.Description) ServerDetailJSON {
+	k := d.Config
+	auth := AuthJSON{Mode: k.AuthMode, HeaderName: strOrNil(k.AuthHeaderName), CredentialConfigured: k.Credential != nil}
+	switch k.AuthMode {
+	case persistence.AuthModeNone:
+		auth.Mode, auth.Supported = "none", true
+	case persistence.AuthModeBearer, persistence.AuthModeHeader:
+		auth.Supported = true
+	}
+	out := ServerDetailJSON{
+		ServerJSON: serverJSON(srv), Endpoint: strOrNil(k.Endpoint), Transport: remote.Transport, Auth: auth,
+		Enabled: k.Enabled, Liveness: k.Liveness, LastContact: utcOrNil(k.LastContact), LastLatencyMS: k.LastLatencyMS,
+		DataClass: strOrNil(k.DataClass), RequiresApproval: k.RequiresApproval, ToolCount: k.ToolCount,
+		ImportStatus: k.ImportStatus, ImportError: strOrNil(k.ImportError), LastImported: utcOrNil(k.LastImported),
+		Catalogue: catalogueJSON(k.CatalogueTTL, k.CatalogueFreshUntil), ConfigUpdatedAt: utcOrNil(k.UpdatedAt),
+	}
+	if pr := d.LastProbe; pr != nil {
+		pj := &ProbeJSON{At: pr.At.UTC(), Reachable: pr.Reachable, FailureClass: string(pr.FailureClass), Reason: pr.Reason}
+		if pr.Reachable {
+			ms := pr.LatencyMS
+			pj.LatencyMS = &ms
+		}
+		out.LastProbe = pj
+	}
+	return out
+}
+
+// serverDetails describes servers of tenantID for the read side.
+func (s *Server) serverDetails(ctx context.Context, tenantID uuid.UUID, servers []persistence.Server) ([]ServerDetailJSON, error) {
+	descs := map[uuid.UUID]remote.Description{}
+	if s.deps.Remote != nil && len(servers) > 0 {
+		ids := make([]uuid.UUID, len(servers))
+		for i, srv := range servers {
+			ids[i] = srv.ServerID
+		}
+		var err error
+		if descs, err = s.deps.Remote.Describe(ctx, tenantID, ids); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]ServerDetailJSON, len(servers))
+	for i, srv := range servers {
+		d, ok := descs[srv.ServerID]
+		if !ok {
+			d = remote.Description{Config: persistence.DefaultServerConfig(srv.TenantID, srv.ServerID)}
+		}
+		out[i] = serverDetailJSON(srv, d)
+	}
+	return out, nil
+}
+
+// writeServer answers with one server's detail.
+func (s *Server) writeServer(c *gin.Context, srv persistence.Server) error {
+	out, err := s.serverDetails(c.Request.Context(), srv.TenantID, []persistence.Server{srv})
+	if err != nil {
+		return storeError(err)
+	}
+	c.JSON(http.StatusOK, out[0])
+	return nil
+}
+
+// checkEndpoint checks an endpoint a module gave at registration.
+func (s *Server) checkEndpoint(ctx context.Context, raw string) (string, error) {
+	if s.deps.Remote == nil {
+		return "", badRequest("invalid_field", "endpoint", "this service does not take endpoints")
+	}
+	u, err := s.deps.Remote.CheckEndpoint(ctx, raw)
+	if err != nil {
+		return "", remoteError(err)
+	}
+	return u, nil
+}
+
+// remoteError maps an error of the MCP client side to its problem.
+func remoteError(err error) error {
+	var inv *remote.InvalidError
+	var ee *mcpclient.EndpointError
+	var ex *actors.ExistsError
+	var au *remote.AuthUnsupportedError
+	switch {
+	case errors.As(err, &inv):
+		return badRequest("invalid_field", inv.Field, inv.Detail)
+	case errors.As(err, &ee):
+		return badRequest("endpoint_refused", "endpoint", ee.Error()+" (MCPFLEET_ENDPOINT_ALLOWLIST lists the exceptions)")
+	case errors.Is(err, mcpclient.ErrEndpointRefused):
+		return badRequest("endpoint_refused", "endpoint", "the endpoint is refused by the endpoint policy")
+	case errors.As(err, &ex):
+		p := problem(http.StatusConflict, "server_exists", "a server with this module_name already exists in this tenant: change it with PATCH /v1/mcp/servers/"+ex.ServerID.String())
+		p.Extra = map[string]any{"server_id": ex.ServerID}
+		return p
+	case errors.Is(err, actors.ErrModuleExists):
+		return problem(http.StatusConflict, "server_exists", "a server with this module_name already exists in this tenant")
+	case errors.Is(err, remote.ErrNoDataClass):
+		return problem(http.StatusConflict, "data_class_required", "the server declares no data class, so it supplies nothing: set data_class (PATCH) before importing its catalogue")
+	case errors.Is(err, remote.ErrNoEndpoint):
+		return problem(http.StatusConflict, "no_endpoint", "the server has no endpoint: set one (PATCH endpoint) first")
+	case errors.As(err, &au):
+		p := problem(http.StatusConflict, "auth_unsupported", fmt.Sprintf("the stored authentication mode %q is not one this client offers (bearer, header): fix it with PATCH", au.Mode))
+		p.Extra = map[string]any{"auth_mode": au.Mode}
+		return p
+	case errors.Is(err, remote.ErrCredentialUnreadable):
+		p := problem(http.StatusConflict, "credential_unreadable", "the stored credential cannot be opened with the configured secret key (was MCPFLEET_SECRET_KEY changed?): set the credential again with PATCH")
+		p.Err = err
+		return p
+	case errors.Is(err, remote.ErrNoSecretKey):
+		p := problem(http.StatusServiceUnavailable, "secret_key_missing", "this service has no MCPFLEET_SECRET_KEY, so it can neither store nor use a credential")
+		p.Err = err
+		return p
+	case errors.Is(err, persistence.ErrNotFound), errors.Is(err, actors.ErrNotFound):
+		return problem(http.StatusNotFound, "not_found", "no such server in this tenant")
+	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrDeregistered):
+		return fleetError(err)
+	}
+	if errors.Is(err, mcpclient.ErrInvalidConfig) {
+		return internalError(err)
+	}
+	return storeError(err)
+}
