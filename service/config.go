@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/mcpfleet/mcpfleet/secrets"
 )
 
 // Config is the whole configuration of mcpfleet, parsed once from the environment (and flags, which
@@ -29,6 +31,12 @@ type Config struct {
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
 	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
+
+	// The MCP client side: configured servers, connection tests, imports and probes.
+	EndpointAllowlist []string      // MCPFLEET_ENDPOINT_ALLOWLIST: comma-separated hosts, addresses or CIDR prefixes reachable although not public
+	SecretKey         *secrets.Key  // MCPFLEET_SECRET_KEY: 64 hex characters (32 bytes) sealing MCP server credentials; unset: none can be stored
+	MCPTimeout        time.Duration // MCPFLEET_MCP_TIMEOUT: one deadline per MCP operation, default 15s
+	ProbeConcurrency  int           // MCPFLEET_PROBE_CONCURRENCY: probes running at once, default 32
 
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
@@ -91,6 +99,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.DBMaxConns = n
 	}
+	dur("MCPFLEET_MCP_TIMEOUT", 15*time.Second, &c.MCPTimeout)
+	c.EndpointAllowlist = splitList(getenv("MCPFLEET_ENDPOINT_ALLOWLIST"))
+	if v := getenv("MCPFLEET_SECRET_KEY"); v != "" {
+		k, err := secrets.ParseKey(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_SECRET_KEY: %w", err))
+		}
+		c.SecretKey = k
+	}
+	if v := getenv("MCPFLEET_PROBE_CONCURRENCY"); v != "" {
+		if _, err := fmt.Sscan(v, &c.ProbeConcurrency); err != nil || c.ProbeConcurrency < 1 || c.ProbeConcurrency > 10000 {
+			errs = append(errs, fmt.Errorf("MCPFLEET_PROBE_CONCURRENCY=%q: want a number from 1 to 10000", v))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -126,6 +148,7 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_SECRET is required with MCPFLEET_ALERT_WEBHOOK_URL: alerts are signed"))
 		}
 	}
+	errs = append(errs, c.validateMCPClient()...)
 	return errors.Join(errs...)
 }
 

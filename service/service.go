@@ -17,6 +17,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/remote"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -31,6 +32,8 @@ type Options struct {
 	// TraceEndpoint, if set, exports traces over OTLP/HTTP to this base URL whatever the environment
 	// says (tests; in production set OTEL_EXPORTER_OTLP_ENDPOINT).
 	TraceEndpoint string
+	// ManualProbes turns off the automatic probing of probe servers; the caller runs Remote().RunProbes.
+	ManualProbes bool
 }
 
 // Service is a running mcpfleet.
@@ -46,6 +49,7 @@ type Service struct {
 	ln      net.Listener
 	ready   atomic.Bool
 	served  chan error
+	remote  *remote.Service
 }
 
 // Start starts the service and returns once it is ready and listening.
@@ -89,10 +93,11 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		s.store.Close()
 		return nil, err
 	}
+	s.remote = s.newRemote(cfg, log)
 	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
-		Ready: s.ready.Load,
+		Ready: s.ready.Load, Remote: s.remote,
 	})
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -106,6 +111,9 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	s.ready.Store(true)
+	if !opt.ManualProbes {
+		s.remote.StartProbing()
+	}
 	go func() { s.served <- s.http.Serve(s.ln) }()
 	log.Info("mcpfleet ready", "addr", s.ln.Addr().String(), "heartbeat_interval", cfg.HeartbeatInterval.String(),
 		"monitor_interval", cfg.MonitorInterval.String())
@@ -134,6 +142,9 @@ func (s *Service) Close(ctx context.Context) error {
 	var errs []error
 	if err := s.http.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := s.remote.Stop(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := s.fleet.Stop(ctx); err != nil {
 		errs = append(errs, err)
