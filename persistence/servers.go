@@ -53,24 +53,26 @@ func (s *Store) GetServer(ctx context.Context, tenantID, serverID uuid.UUID) (Se
 	return out, nil
 }
 
-// ServerFilter selects a page of servers: those after After (by server_id), optionally of one status.
+// ServerFilter selects a page of servers: optionally of one status and with a module name prefix, in
+// one of the orders of ServerSort, after a keyset position (the last row of the previous page).
 type ServerFilter struct {
-	Status health.Status // empty: any
-	After  uuid.UUID     // uuid.Nil: from the start
-	Limit  int
+	Status       health.Status // empty: any
+	ModulePrefix string        // empty: any; compared bytewise (module names are ASCII)
+	Sort         ServerSort
+	// The keyset: the previous page's last row. After is its server_id (uuid.Nil: from the start);
+	// AfterModule its module name (SortModule) and AfterRegistered its registration time (SortNewest).
+	After           uuid.UUID
+	AfterModule     string
+	AfterRegistered time.Time
+	Limit           int
 }
 
-// ListServers returns up to f.Limit servers of tenantID ordered by server_id.
+// ListServers returns up to f.Limit servers of tenantID in f's order.
 func (s *Store) ListServers(ctx context.Context, tenantID uuid.UUID, f ServerFilter) ([]Server, error) {
 	var out []Server
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+serverColumns+` FROM mcp_servers
-			WHERE server_id > $1 AND ($2 = '' OR status = $2) ORDER BY server_id LIMIT $3`,
-			f.After, string(f.Status), f.Limit)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) { return scanServer(r) })
+		var err error
+		out, err = listServers(ctx, tx, f)
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,312 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+// ServerSort is an order of ListServers. Each is served by an index, so a page costs the same on the
+// first page as on the thousandth.
+type ServerSort string
+
+// The orders. There is no order by last heartbeat on purpose: an index on last_heartbeat_at would make
+// every heartbeat stamp a non-HOT update.
+const (
+	SortServerID ServerSort = ""       // server_id (the primary key; the seed's order)
+	SortModule   ServerSort = "module" // module name, bytewise, then server_id (mcp_servers_tenant_module_c)
+	SortNewest   ServerSort = "newest" // registration time, newest first, then server_id (mcp_servers_tenant_registered)
+)
+
+// ParseServerSort returns the sort named s ("" or "server_id" for SortServerID).
+func ParseServerSort(s string) (ServerSort, error) {
+	switch s {
+	case "", "server_id":
+		return SortServerID, nil
+	case string(SortModule), string(SortNewest):
+		return ServerSort(s), nil
+	}
+	return "", fmt.Errorf("unknown sort %q: want server_id, module or newest", s)
+}
+
+// ErrBadPrefix is a module name prefix that no module name could start with.
+var ErrBadPrefix = errors.New("a module name prefix may contain only letters, digits, '.', '_' and '-'")
+
+func validPrefix(p string) bool {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixEnd returns the smallest string greater than every string starting with p (p is ASCII and
+// not empty, so its last byte can be incremented).
+func prefixEnd(p string) string {
+	b := []byte(p)
+	b[len(b)-1]++
+	return string(b)
+}
+
+// listServers runs the page query of f in tx. The SQL is built for the filter at hand, so each shape
+// has a plan that uses its index (one generic statement with "status = $1 OR $1 is empty" would not).
+func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, error) {
+	if f.ModulePrefix != "" && !validPrefix(f.ModulePrefix) {
+		return nil, ErrBadPrefix
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Status != "" {
+		where = append(where, "status = "+arg(string(f.Status)))
+	}
+	if f.ModulePrefix != "" {
+		where = append(where, `module_name COLLATE "C" >= `+arg(f.ModulePrefix)+` AND module_name COLLATE "C" < `+arg(prefixEnd(f.ModulePrefix)))
+	}
+	var order string
+	switch f.Sort {
+	case SortModule:
+		if f.After != uuid.Nil {
+			where = append(where, `(module_name COLLATE "C", server_id) > (`+arg(f.AfterModule)+`, `+arg(f.After)+`)`)
+		}
+		order = `module_name COLLATE "C", server_id`
+	case SortNewest:
+		if f.After != uuid.Nil {
+			where = append(where, `(registered_at, server_id) < (`+arg(f.AfterRegistered)+`, `+arg(f.After)+`)`)
+		}
+		order = `registered_at DESC, server_id DESC`
+	case SortServerID:
+		if f.After != uuid.Nil {
+			where = append(where, "server_id > "+arg(f.After))
+		}
+		order = "server_id"
+	default:
+		return nil, fmt.Errorf("unknown sort %q", f.Sort)
+	}
+	q := `SELECT ` + serverColumns + ` FROM mcp_servers`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY ` + order + ` LIMIT ` + arg(f.Limit)
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) { return scanServer(r) })
+}
+
+// EventCursor is a position in a tenant's fleet event stream: the last audit event and the last import
+// event seen (by seq). The zero cursor is the start.
+type EventCursor struct {
+	Audit  int64
+	Import int64
+}
+
+// String is the cursor as GET /v1/mcp/events writes it in id: "<audit seq>-<import seq>".
+func (c EventCursor) String() string {
+	return strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10)
+}
+
+// ParseEventCursor parses what String wrote.
+func ParseEventCursor(s string) (EventCursor, error) {
+	a, i, ok := strings.Cut(s, "-")
+	if !ok || len(s) > 41 {
+		return EventCursor{}, fmt.Errorf("event id %q: want <audit seq>-<import seq>", s)
+	}
+	var c EventCursor
+	var err1, err2 error
+	c.Audit, err1 = strconv.ParseInt(a, 10, 64)
+	c.Import, err2 = strconv.ParseInt(i, 10, 64)
+	if err1 != nil || err2 != nil || c.Audit < 0 || c.Import < 0 {
+		return EventCursor{}, fmt.Errorf("event id %q: want <audit seq>-<import seq>", s)
+	}
+	return c, nil
+}
+
+// FleetSnapshot is one consistent read of a tenant's fleet for the overview: the counts by status, a
+// page of servers and the event cursor they reflect. Events after Cursor are exactly the changes not
+// yet in Counts (a transition commits its status and its audit event together).
+type FleetSnapshot struct {
+	Counts  map[health.Status]int
+	Servers []Server
+	Cursor  EventCursor
+}
+
+// FleetSnapshot reads counts, the cursor and a page of servers of tenantID in one read-only repeatable-read
+// transaction (one snapshot). It returns ErrBadPrefix for a prefix no module name can have.
+func (s *Store) FleetSnapshot(ctx context.Context, tenantID uuid.UUID, f ServerFilter) (FleetSnapshot, error) {
+	out := FleetSnapshot{Counts: map[health.Status]int{}}
+	err := s.inTenantSnapshot(ctx, tenantID, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM audit_events),
+				(SELECT coalesce(max(seq), 0) FROM import_events)`).Scan(&out.Cursor.Audit, &out.Cursor.Import); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM mcp_servers GROUP BY status`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			out.Counts[health.Status(st)] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		out.Servers, err = listServers(ctx, tx, f)
+		return err
+	})
+	if errors.Is(err, ErrBadPrefix) {
+		return FleetSnapshot{}, ErrBadPrefix
+	}
+	if err != nil {
+		return FleetSnapshot{}, fmt.Errorf("fleet snapshot: %w", err)
+	}
+	return out, nil
+}
+
+// inTenantSnapshot is InTenant in a read-only repeatable-read transaction: every statement of fn sees
+// the same snapshot.
+func (s *Store) inTenantSnapshot(ctx context.Context, tenantID uuid.UUID, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	if err := SetTenant(ctx, tx, tenantID); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Fleet event kinds beyond the audit kinds: a catalogue import (succeeded or failed).
+const KindImported = "mcp.server.imported"
+
+// FleetEvent is one event of GET /v1/mcp/events: an audit event (registration, transition,
+// deregistration) or an import. For an import, From and Status are import statuses (never_imported,
+// succeeded, failed); otherwise they are health statuses (From empty for a first registration).
+type FleetEvent struct {
+	Kind       string
+	ServerID   uuid.UUID
+	ModuleName string
+	From       string
+	Status     string
+	At         time.Time
+	TraceID    string
+	// Seq is the event's position in its own sequence: audit_events.seq, or import_events.seq when
+	// Import is true.
+	Seq    int64
+	Import bool
+}
+
+// FleetEvents returns up to limit audit events with seq after c.Audit and up to limit import events with
+// seq after c.Import, each in seq order (audit events first). Sequence numbers can have gaps (a rolled
+// back insert leaves one); the caller decides how long to wait for one to fill.
+func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCursor, limit int) ([]FleetEvent, error) {
+	var out []FleetEvent
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT seq, kind, server_id, module_name, coalesce(from_status, ''), status,
+				occurred_at, coalesce(trace_id, '')
+			FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2`, c.Audit, limit)
+		if err != nil {
+			return err
+		}
+		audit, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
+			var e FleetEvent
+			err := r.Scan(&e.Seq, &e.Kind, &e.ServerID, &e.ModuleName, &e.From, &e.Status, &e.At, &e.TraceID)
+			return e, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT seq, server_id, module_name, from_status, import_status, occurred_at,
+				coalesce(trace_id, '')
+			FROM import_events WHERE seq > $1 ORDER BY seq LIMIT $2`, c.Import, limit)
+		if err != nil {
+			return err
+		}
+		imports, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
+			e := FleetEvent{Kind: KindImported, Import: true}
+			err := r.Scan(&e.Seq, &e.ServerID, &e.ModuleName, &e.From, &e.Status, &e.At, &e.TraceID)
+			return e, err
+		})
+		out = append(audit, imports...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet events: %w", err)
+	}
+	return out, nil
+}
+
+// LatestEventCursor returns the cursor after the newest event of tenantID.
+func (s *Store) LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (EventCursor, error) {
+	var c EventCursor
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM audit_events),
+			(SELECT coalesce(max(seq), 0) FROM import_events)`).Scan(&c.Audit, &c.Import)
+	})
+	if err != nil {
+		return EventCursor{}, fmt.Errorf("latest event: %w", err)
+	}
+	return c, nil
+}
+
+// ServerHistory is a server's recent lifecycle from the audit log.
+type ServerHistory struct {
+	// Events are the newest audit events of the server, newest first.
+	Events []AuditEvent
+	// Transitions is how many status transitions (degraded, unhealthy, recovered) occurred at or after
+	// the since time given.
+	Transitions int
+}
+
+// ServerHistory returns the newest limit audit events of one server of tenantID and how many transitions
+// it made since since.
+func (s *Store) ServerHistory(ctx context.Context, tenantID, serverID uuid.UUID, limit int, since time.Time) (ServerHistory, error) {
+	var out ServerHistory
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT event_id, seq, tenant_id, kind, server_id, module_name, version, status,
+				coalesce(from_status, ''), coalesce(trace_id, ''), occurred_at
+			FROM audit_events WHERE server_id = $1 ORDER BY seq DESC LIMIT $2`, serverID, limit)
+		if err != nil {
+			return err
+		}
+		out.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEvent, error) {
+			var e AuditEvent
+			var kind, status, from string
+			err := r.Scan(&e.EventID, &e.Seq, &e.TenantID, &kind, &e.ServerID, &e.ModuleName, &e.Version, &status, &from, &e.TraceID, &e.OccurredAt)
+			e.Kind, e.Status, e.From = AuditKind(kind), health.Status(status), health.Status(from)
+			return e, err
+		})
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE server_id = $1 AND occurred_at >= $2
+			AND kind IN ('mcp.server.degraded', 'mcp.server.unhealthy', 'mcp.server.recovered')`, serverID, since).Scan(&out.Transitions)
+	})
+	if err != nil {
+		return ServerHistory{}, fmt.Errorf("server history: %w", err)
+	}
+	return out, nil
+}
