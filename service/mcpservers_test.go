@@ -24,6 +24,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/secrets"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -1122,5 +1123,71 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	if err := c.Validate(); err == nil {
 		t.Error("allow-list entries that are not hosts were accepted")
+	}
+}
+
+// A contact is evidence, not a heartbeat and not a registration: it leaves last_heartbeat_at alone and
+// never revives a deregistered server.
+func TestContactIsNotAHeartbeat(t *testing.T) {
+	h := newHarness(t, withMCP)
+	modern := mcptest.Modern(t)
+	body := registration("calendar")
+	body["endpoint"] = modern.URL
+	r := h.do("POST", "/v1/mcp/servers/register", h.module(), body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["server_id"].(string)
+	hb := h.fetchServer(id)["last_heartbeat_at"]
+	h.advance(35 * time.Second)
+	h.runMonitor()
+	h.testConnection(id)
+	obj := h.fetchServer(id)
+	if obj["status"] != "healthy" || obj["last_heartbeat_at"] != hb {
+		t.Fatalf("after a contact: status %v, last_heartbeat_at %v (was %v)", obj["status"], obj["last_heartbeat_at"], hb)
+	}
+	if r := h.do("POST", "/v1/mcp/servers/deregister", h.module(), map[string]string{"server_id": id}); r.status != 200 {
+		t.Fatalf("deregister: %d %s", r.status, r.body)
+	}
+	if rep := h.testConnection(id); rep["reachable"] != true {
+		t.Fatalf("test connection of a deregistered server: %v", rep)
+	}
+	if s := h.status(id); s != "deregistered" {
+		t.Fatalf("a contact revived a deregistered server: %s", s)
+	}
+}
+
+// The endpoint policy holds at every operation, not only when the endpoint was stored; and a credential
+// opens only with its key, on its own row.
+func TestStoredConfigurationCheckedAgain(t *testing.T) {
+	const token = "tok-checked-again"
+	h := newHarness(t, withMCP)
+	b := configureBody("bearer", mcptest.Bearer(t, token).URL)
+	b["auth"] = map[string]any{"mode": "bearer", "credential": token}
+	id := h.configureID(b)
+	other := h.configureID(configureBody("open", mcptest.Modern(t).URL))
+	// The sealed credential copied onto another server's row does not open there.
+	admin := h.db.AdminPool(t)
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, `UPDATE server_config SET auth_mode = 'bearer',
+		credential = (SELECT credential FROM server_config WHERE server_id = $1) WHERE server_id = $2`, id, other); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+other+"/test-connection", h.adminKey(), nil), 409, "credential_unreadable")
+	// Another key opens nothing.
+	h.restart(func(c *service.Config, _ *service.Options) {
+		k, _ := secrets.ParseKey(strings.Repeat("ab", 32))
+		c.SecretKey = k
+	})
+	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil), 409, "credential_unreadable")
+	// Without the allow-list entry the stored loopback endpoint is refused, before anything is sent.
+	h.restart(func(c *service.Config, _ *service.Options) {
+		withMCP(c, &service.Options{})
+		c.EndpointAllowlist = nil
+	})
+	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil), 400, "endpoint_refused")
+	h.restart(func(c *service.Config, _ *service.Options) { withMCP(c, &service.Options{}) })
+	if rep := h.testConnection(id); rep["reachable"] != true {
+		t.Fatalf("with the key and the allow-list back: %v", rep)
 	}
 }
