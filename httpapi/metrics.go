@@ -39,7 +39,7 @@ func (s *Server) observe() gin.HandlerFunc {
 
 // otelginOptions configure the tracing middleware: the service's tracer provider and propagator, no
 // metrics (observe records them, and otelgin would otherwise use the global meter provider), and no
-// spans for scrapes and probes.
+// spans for scrapes, probes and event streams.
 func (s *Server) otelginOptions() []otelgin.Option {
 	return []otelgin.Option{
 		otelgin.WithTracerProvider(s.deps.TracerProvider),
@@ -48,6 +48,8 @@ func (s *Server) otelginOptions() []otelgin.Option {
 		otelgin.WithGinFilter(func(c *gin.Context) bool {
 			switch c.FullPath() {
 			case "/metrics", "/healthz", "/readyz":
+				return false
+			case "/v1/mcp/events": // a stream lasts hours: one span for it would say nothing
 				return false
 			}
 			return true

@@ -47,6 +47,7 @@ var (
 // Config configures the API.
 type Config struct {
 	HeartbeatInterval time.Duration // told to modules at registration
+	Events            EventStreamConfig
 }
 
 // Deps are the API's collaborators.
@@ -62,6 +63,9 @@ type Deps struct {
 	Ready func() bool
 	// Remote is the MCP client side (configured servers, connection tests, imports, skill switches).
 	Remote Remote
+	// Events feeds GET /v1/mcp/events; UI is the dashboard under /ui/ (both optional).
+	Events EventStore
+	UI     UI
 }
 
 // Server is the HTTP API.
@@ -72,6 +76,8 @@ type Server struct {
 	log   *slog.Logger
 	auth  *authenticator
 	deps  Deps
+	// streams are the open event streams (events.go).
+	streams *streams
 }
 
 // New returns the API.
@@ -82,7 +88,8 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Ready == nil {
 		deps.Ready = func() bool { return true }
 	}
-	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store), deps: deps}
+	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store), deps: deps,
+		streams: newStreams()}
 }
 
 // Handler returns the routed gin engine.
@@ -122,6 +129,10 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/mcp/servers/:server_id/skills", s.handle(readers, s.listSkills))
 	v1.GET("/mcp/audit", s.handle(ops, s.listAudit))
 	s.configRoutes(v1)
+	s.eventRoutes(v1)
+	if s.deps.UI != nil {
+		s.deps.UI.Mount(r)
+	}
 	s.registerChaos(r) // POST /chaos/crash, only in binaries built with -tags chaos
 	return r
 }

@@ -1,0 +1,375 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// GET /v1/mcp/events is the fleet's event stream (server-sent events), for any role, with a bearer key
+// or a dashboard session: one event per registration, transition, deregistration and catalogue import
+// of the caller's tenant, each
+//
+//	id: <audit seq>-<import seq>
+//	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"}
+//
+// The events are read from the tenant's audit log and import log (both durable and append-only), so a
+// client that reconnects with Last-Event-ID (or ?last_event_id=, for a client that cannot set the
+// header) gets every event after the one it saw, up to MaxReplay of them; a client that was away longer
+// is sent "event: reset" and continues from the newest. Without an id the stream starts at the newest
+// event. A comment line is sent every KeepAlive so proxies keep the connection open.
+//
+// Each stream is one goroutine and one database poll per PollInterval, with a write deadline on every
+// write; at most MaxStreams are open at once (503 beyond). A stream ends when the client goes away,
+// when its key or session stops being valid (checked every Recheck), and when the service shuts down
+// (CloseStreams, and the readiness flag as a backstop).
+
+// EventStreamConfig tunes GET /v1/mcp/events; zero values take the defaults.
+type EventStreamConfig struct {
+	PollInterval time.Duration // how often a stream looks for new events; default 1 s
+	KeepAlive    time.Duration // comment line interval; default 15 s
+	// GapWait is how long a stream waits for a missing sequence number to commit before it goes past it
+	// (a rolled-back insert leaves a gap for ever); default 5 s, the durable write timeout.
+	GapWait    time.Duration
+	MaxStreams int           // streams open at once; default 256
+	MaxReplay  int           // events a reconnecting client may be sent; default 10,000
+	Recheck    time.Duration // how often the key or session is checked again; default 1 min
+	WriteWait  time.Duration // deadline of each write; default 10 s
+}
+
+func (c EventStreamConfig) withDefaults() EventStreamConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.PollInterval, time.Second)
+	def(&c.KeepAlive, 15*time.Second)
+	def(&c.GapWait, 5*time.Second)
+	def(&c.Recheck, time.Minute)
+	def(&c.WriteWait, 10*time.Second)
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 256
+	}
+	if c.MaxReplay <= 0 {
+		c.MaxReplay = 10000
+	}
+	return c
+}
+
+// EventStore is what the event stream reads.
+type EventStore interface {
+	FleetEvents(ctx context.Context, tenantID uuid.UUID, c persistence.EventCursor, limit int) ([]persistence.FleetEvent, error)
+	LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (persistence.EventCursor, error)
+}
+
+var _ EventStore = (*persistence.Store)(nil)
+
+// UI is the operator dashboard: it mounts its pages under /ui/ and vouches for its sessions, so that a
+// signed-in browser can open the event stream without a bearer key.
+type UI interface {
+	Mount(r gin.IRouter)
+	// SessionPrincipal returns the principal of r's dashboard session; ok is false when r carries none
+	// or one that is not valid, and err is set when it cannot be checked right now.
+	SessionPrincipal(r *http.Request) (p persistence.Principal, ok bool, err error)
+}
+
+// EventJSON is one event of the stream.
+type EventJSON struct {
+	Kind       string    `json:"kind"`
+	ServerID   uuid.UUID `json:"server_id"`
+	ModuleName string    `json:"module_name"`
+	// From is the status before (a health status, or for an import the previous import status); null
+	// for a first registration.
+	From    *string   `json:"from"`
+	Status  string    `json:"status"`
+	At      time.Time `json:"at"`
+	TraceID *string   `json:"trace_id"`
+}
+
+// streams counts and stops the open event streams.
+type streams struct {
+	mu     sync.Mutex
+	open   int
+	closed bool
+	done   chan struct{}
+}
+
+func newStreams() *streams { return &streams{done: make(chan struct{})} }
+
+func (st *streams) acquire(limit int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.open >= limit {
+		return false
+	}
+	st.open++
+	return true
+}
+
+func (st *streams) release() {
+	st.mu.Lock()
+	st.open--
+	st.mu.Unlock()
+}
+
+// CloseStreams ends every open event stream and refuses new ones. Register it with
+// http.Server.RegisterOnShutdown: Shutdown waits for handlers, and a stream's handler would not return
+// by itself.
+func (s *Server) CloseStreams() {
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	if !s.streams.closed {
+		s.streams.closed = true
+		close(s.streams.done)
+	}
+}
+
+func (s *Server) eventRoutes(v1 *gin.RouterGroup) {
+	v1.GET("/mcp/events", s.events)
+}
+
+// streamPrincipal authenticates an event stream: the bearer key if one is sent, else the dashboard
+// session.
+func (s *Server) streamPrincipal(r *http.Request) (persistence.Principal, error) {
+	if r.Header.Get("Authorization") != "" || s.deps.UI == nil {
+		return s.auth.authenticate(r)
+	}
+	p, ok, err := s.deps.UI.SessionPrincipal(r)
+	switch {
+	case err != nil:
+		return p, unavailable("the session could not be checked right now", 2*time.Second, err)
+	case !ok:
+		return p, unauthorized("send an API key as Authorization: Bearer <api_key>, or sign in to the dashboard at /ui/")
+	}
+	return p, nil
+}
+
+func (s *Server) events(c *gin.Context) {
+	cfg := s.cfg.Events.withDefaults()
+	r := c.Request
+	p, err := s.streamPrincipal(r)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if s.deps.Events == nil {
+		s.fail(c, problem(http.StatusNotFound, "no_route", "this service has no event stream"))
+		return
+	}
+	id := r.Header.Get("Last-Event-ID")
+	if id == "" {
+		id = c.Query("last_event_id")
+	}
+	var resume *persistence.EventCursor
+	if id != "" {
+		cur, err := persistence.ParseEventCursor(id)
+		if err != nil {
+			s.fail(c, badRequest("invalid_field", "Last-Event-ID", "the event id is not one this stream sent (want <audit seq>-<import seq>)"))
+			return
+		}
+		resume = &cur
+	}
+	if !s.streams.acquire(cfg.MaxStreams) {
+		s.fail(c, unavailable("too many event streams are open: retry later", 5*time.Second, nil))
+		return
+	}
+	defer s.streams.release()
+
+	ctx := r.Context()
+	latest, err := s.deps.Events.LatestEventCursor(ctx, p.TenantID)
+	if err != nil {
+		s.fail(c, storeError(err))
+		return
+	}
+	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, w: c.Writer, rc: http.NewResponseController(c.Writer)}
+	st.audit.last, st.imports.last = latest.Audit, latest.Import
+	reset := false
+	if resume != nil {
+		// A cursor ahead of the log is from another database; one too far behind would replay too much.
+		reset = resume.Audit > latest.Audit || resume.Import > latest.Import ||
+			latest.Audit-resume.Audit > int64(cfg.MaxReplay) || latest.Import-resume.Import > int64(cfg.MaxReplay)
+		if !reset {
+			st.audit.last, st.imports.last = resume.Audit, resume.Import
+		}
+	}
+	h := c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	c.Status(http.StatusOK)
+	if err := st.write("retry: 2000\n: mcpfleet fleet events\n\n"); err != nil {
+		return
+	}
+	if reset {
+		if err := st.write(fmt.Sprintf("event: reset\nid: %s\ndata: {\"reason\":\"the stream cannot resume from the given event id: reload what you show\"}\n\n", st.cursor())); err != nil {
+			return
+		}
+	}
+	st.run(ctx, func() error {
+		_, err := s.streamPrincipal(r)
+		return err
+	})
+}
+
+// eventStream is one open stream.
+type eventStream struct {
+	s       *Server
+	cfg     EventStreamConfig
+	tenant  uuid.UUID
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	audit   follower
+	imports follower
+}
+
+func (st *eventStream) cursor() persistence.EventCursor {
+	return persistence.EventCursor{Audit: st.audit.last, Import: st.imports.last}
+}
+
+func (st *eventStream) write(s string) error {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(st.cfg.WriteWait))
+	if _, err := st.w.Write([]byte(s)); err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
+
+// run polls and writes until the client leaves, the service shuts down, a write fails or recheck says
+// the caller is no longer allowed.
+func (st *eventStream) run(ctx context.Context, recheck func() error) {
+	poll := time.NewTicker(st.cfg.PollInterval)
+	defer poll.Stop()
+	keep := time.NewTicker(st.cfg.KeepAlive)
+	defer keep.Stop()
+	auth := time.NewTicker(st.cfg.Recheck)
+	defer auth.Stop()
+	log := st.s.log
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.s.streams.done:
+			return
+		case <-keep.C:
+			if st.write(": keep-alive\n\n") != nil {
+				return
+			}
+		case <-auth.C:
+			var pr *Problem
+			if err := recheck(); errors.As(err, &pr) && pr.Status == http.StatusUnauthorized {
+				return
+			}
+		case <-poll.C:
+			if !st.s.deps.Ready() {
+				return // shutting down
+			}
+			if err := st.poll(ctx); err != nil {
+				if ctx.Err() != nil || errors.Is(err, errWrite) {
+					return
+				}
+				log.WarnContext(ctx, "event stream: poll failed; retrying", "tenant_id", st.tenant, "err", err)
+			}
+		}
+	}
+}
+
+var errWrite = errors.New("write to the event stream failed")
+
+const eventBatch = 500
+
+// poll writes the events after the cursor, batch after batch while batches come back full.
+func (st *eventStream) poll(ctx context.Context) error {
+	for {
+		evs, err := st.s.deps.Events.FleetEvents(ctx, st.tenant, st.cursor(), eventBatch)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		var audit, imports []persistence.FleetEvent
+		for _, e := range evs {
+			if e.Import {
+				imports = append(imports, e)
+			} else {
+				audit = append(audit, e)
+			}
+		}
+		full := len(audit) == eventBatch || len(imports) == eventBatch
+		audit = audit[:st.audit.admit(audit, now, st.cfg.GapWait)]
+		imports = imports[:st.imports.admit(imports, now, st.cfg.GapWait)]
+		// The cursor written with each event is the position after it, so a client resuming from any
+		// id it saw gets exactly what follows.
+		cur := persistence.EventCursor{Audit: st.audit.start, Import: st.imports.start}
+		for _, batch := range [][]persistence.FleetEvent{audit, imports} {
+			for _, e := range batch {
+				if e.Import {
+					cur.Import = e.Seq
+				} else {
+					cur.Audit = e.Seq
+				}
+				if err := st.write(eventFrame(cur, e)); err != nil {
+					return fmt.Errorf("%w: %v", errWrite, err)
+				}
+			}
+		}
+		if !full || len(audit)+len(imports) == 0 {
+			return nil
+		}
+	}
+}
+
+func eventFrame(cur persistence.EventCursor, e persistence.FleetEvent) string {
+	out := EventJSON{Kind: e.Kind, ServerID: e.ServerID, ModuleName: e.ModuleName, Status: e.Status, At: e.At.UTC()}
+	if e.From != "" {
+		from := e.From
+		out.From = &from
+	}
+	if e.TraceID != "" {
+		tr := e.TraceID
+		out.TraceID = &tr
+	}
+	b, _ := json.Marshal(out) // cannot fail: strings, a UUID and a time
+	return "id: " + cur.String() + "\ndata: " + string(b) + "\n\n"
+}
+
+// follower follows one sequence (audit or import) and decides which rows may be sent: those that
+// continue the sequence without a gap, or past a gap that has stayed open for the wait. A gap is a
+// sequence number that is taken but not visible: an insert still committing (wait for it) or one that
+// rolled back (it never fills).
+type follower struct {
+	last    int64     // the last sequence number sent
+	start   int64     // last before the current admit call
+	gapFrom int64     // the value of last when the pending gap was first seen
+	gapAt   time.Time // when; zero: no gap pending
+}
+
+// admit returns how many of evs (in sequence order, all after last) may be sent now, and moves last to
+// the last of them.
+func (f *follower) admit(evs []persistence.FleetEvent, now time.Time, wait time.Duration) int {
+	f.start = f.last
+	n := 0
+	for _, e := range evs {
+		if e.Seq != f.last+1 {
+			if f.gapAt.IsZero() || f.gapFrom != f.last {
+				f.gapFrom, f.gapAt = f.last, now
+			}
+			if now.Sub(f.gapAt) < wait {
+				break
+			}
+			f.gapAt = time.Time{}
+		}
+		f.last = e.Seq
+		n++
+	}
+	return n
+}

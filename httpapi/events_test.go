@@ -1,0 +1,354 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// fakeKeys answers key lookups for the event stream tests; nothing else of the store is used.
+type fakeKeys struct {
+	httpapi.Store
+	keys map[string]persistence.Principal // by hash
+}
+
+func (f *fakeKeys) LookupKey(_ context.Context, hash []byte) (persistence.Principal, error) {
+	if p, ok := f.keys[string(hash)]; ok {
+		return p, nil
+	}
+	return persistence.Principal{}, persistence.ErrNotFound
+}
+
+// fakeLog is a tenant's event log whose visible rows the test controls, gaps included.
+type fakeLog struct {
+	mu     sync.Mutex
+	events []persistence.FleetEvent // by tenant implicitly: one tenant
+	tenant uuid.UUID
+}
+
+func (l *fakeLog) add(e persistence.FleetEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *fakeLog) FleetEvents(_ context.Context, tenantID uuid.UUID, c persistence.EventCursor, limit int) ([]persistence.FleetEvent, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tenantID != l.tenant {
+		return nil, nil
+	}
+	var audit, imports []persistence.FleetEvent
+	for _, e := range l.events {
+		switch {
+		case e.Import && e.Seq > c.Import:
+			imports = append(imports, e)
+		case !e.Import && e.Seq > c.Audit:
+			audit = append(audit, e)
+		}
+	}
+	sortSeq(audit)
+	sortSeq(imports)
+	if len(audit) > limit {
+		audit = audit[:limit]
+	}
+	if len(imports) > limit {
+		imports = imports[:limit]
+	}
+	return append(audit, imports...), nil
+}
+
+func sortSeq(evs []persistence.FleetEvent) {
+	for i := 1; i < len(evs); i++ {
+		for j := i; j > 0 && evs[j].Seq < evs[j-1].Seq; j-- {
+			evs[j], evs[j-1] = evs[j-1], evs[j]
+		}
+	}
+}
+
+func (l *fakeLog) LatestEventCursor(_ context.Context, tenantID uuid.UUID) (persistence.EventCursor, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var c persistence.EventCursor
+	for _, e := range l.events {
+		if e.Import {
+			c.Import = max(c.Import, e.Seq)
+		} else {
+			c.Audit = max(c.Audit, e.Seq)
+		}
+	}
+	return c, nil
+}
+
+type streamEnv struct {
+	t      *testing.T
+	api    *httpapi.Server
+	srv    *httptest.Server
+	log    *fakeLog
+	key    string
+	tenant uuid.UUID
+}
+
+func newStreamEnv(t *testing.T, cfg httpapi.EventStreamConfig) *streamEnv {
+	t.Helper()
+	key, hash, err := persistence.GenerateAPIKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := uuid.New()
+	keys := &fakeKeys{keys: map[string]persistence.Principal{string(hash): {KeyID: uuid.New(), TenantID: tenant, Role: persistence.RoleModule}}}
+	log := &fakeLog{tenant: tenant}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	api := httpapi.New(httpapi.Config{HeartbeatInterval: 10 * time.Second, Events: cfg}, httpapi.Deps{Store: keys, Events: log})
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(func() {
+		api.CloseStreams()
+		srv.Close()
+	})
+	return &streamEnv{t: t, api: api, srv: srv, log: log, key: key, tenant: tenant}
+}
+
+func ev(seq int64, kind, from, status string) persistence.FleetEvent {
+	return persistence.FleetEvent{Seq: seq, Kind: kind, ServerID: uuid.MustParse("6f1d2c3e-0000-4000-8000-000000000001"),
+		ModuleName: "mod", From: from, Status: status, At: time.Date(2026, 5, 17, 10, 0, int(seq), 0, time.UTC)}
+}
+
+func imp(seq int64, from, status string) persistence.FleetEvent {
+	e := ev(seq, persistence.KindImported, from, status)
+	e.Import = true
+	return e
+}
+
+// frame is one server-sent event (or comment) as a client reads it.
+type frame struct {
+	id, event, data, comment string
+}
+
+// open opens a stream and returns its frames as they arrive.
+func (e *streamEnv) open(lastID string, query string) (*http.Response, <-chan frame) {
+	e.t.Helper()
+	req, err := http.NewRequest("GET", e.srv.URL+"/v1/mcp/events"+query, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := make(chan frame, 100)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		close(out)
+		return resp, out
+	}
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var f frame
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if f != (frame{}) {
+					out <- f
+				}
+				f = frame{}
+			case strings.HasPrefix(line, ":"):
+				f.comment += strings.TrimSpace(line[1:]) + ";"
+			case strings.HasPrefix(line, "id: "):
+				f.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				f.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				f.data = line[6:]
+			}
+		}
+	}()
+	return resp, out
+}
+
+// next returns the next event frame (skipping comments), failing after a while.
+func next(t *testing.T, frames <-chan frame) frame {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if f.id == "" && f.data == "" {
+				continue
+			}
+			return f
+		case <-timeout:
+			t.Fatal("no event within 5 s")
+		}
+	}
+}
+
+func quiet(t *testing.T, frames <-chan frame, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case f, ok := <-frames:
+			if ok && (f.id != "" || f.data != "") {
+				t.Fatalf("unexpected event %+v", f)
+			}
+		case <-timeout:
+			return
+		}
+	}
+}
+
+func TestEventStreamFromNow(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+	resp, frames := e.open("", "")
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	quiet(t, frames, 100*time.Millisecond) // history before the connection is not replayed without an id
+	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
+	f := next(t, frames)
+	if f.id != "2-0" {
+		t.Fatalf("id %q, want 2-0", f.id)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(f.data), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"kind": "mcp.server.degraded", "server_id": "6f1d2c3e-0000-4000-8000-000000000001", "module_name": "mod",
+		"from": "healthy", "status": "degraded", "at": "2026-05-17T10:00:02Z", "trace_id": nil}
+	gb, _ := json.Marshal(got)
+	wb, _ := json.Marshal(want)
+	if !bytes.Equal(gb, wb) {
+		t.Fatalf("data\n got %s\nwant %s", gb, wb)
+	}
+	e.log.add(imp(1, "never_imported", "succeeded"))
+	if f := next(t, frames); f.id != "2-1" || !strings.Contains(f.data, `"kind":"mcp.server.imported"`) {
+		t.Fatalf("import event %+v", f)
+	}
+}
+
+func TestEventStreamResumes(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	for i := int64(1); i <= 4; i++ {
+		e.log.add(ev(i, "mcp.server.degraded", "healthy", "degraded"))
+	}
+	e.log.add(imp(1, "never_imported", "failed"))
+	e.log.add(imp(2, "failed", "succeeded"))
+	_, frames := e.open("2-1", "")
+	for _, want := range []string{"3-1", "4-1", "4-2"} {
+		if f := next(t, frames); f.id != want {
+			t.Fatalf("resumed id %q, want %s", f.id, want)
+		}
+	}
+	// ?last_event_id= does the same for a client that cannot set the header.
+	_, frames = e.open("", "?last_event_id=4-1")
+	if f := next(t, frames); f.id != "4-2" {
+		t.Fatalf("resumed by query: %q", f.id)
+	}
+	// An id ahead of the log (another database) is a reset, then the stream goes on from the newest.
+	_, frames = e.open("99-0", "")
+	if f := next(t, frames); f.event != "reset" || f.id != "4-2" {
+		t.Fatalf("ahead of the log: %+v", f)
+	}
+	e.log.add(ev(5, "mcp.server.recovered", "degraded", "healthy"))
+	if f := next(t, frames); f.id != "5-2" {
+		t.Fatalf("after a reset: %q", f.id)
+	}
+	// Garbage is refused.
+	resp, _ := e.open("drop table", "")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a garbage id: %d", resp.StatusCode)
+	}
+}
+
+func TestEventStreamWaitsForGaps(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{GapWait: 400 * time.Millisecond})
+	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+	_, frames := e.open("1-0", "")
+	// Seq 3 commits while 2 is still in flight: 3 waits for 2, then both go out in order.
+	e.log.add(ev(3, "mcp.server.unhealthy", "degraded", "unhealthy"))
+	quiet(t, frames, 150*time.Millisecond)
+	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
+	if f := next(t, frames); f.id != "2-0" {
+		t.Fatalf("first after the gap filled: %q", f.id)
+	}
+	if f := next(t, frames); f.id != "3-0" {
+		t.Fatalf("second: %q", f.id)
+	}
+	// Seq 4 rolled back (never visible): 5 goes out once the gap has stayed open for GapWait.
+	start := time.Now()
+	e.log.add(ev(5, "mcp.server.recovered", "unhealthy", "healthy"))
+	if f := next(t, frames); f.id != "5-0" {
+		t.Fatalf("past a permanent gap: %q", f.id)
+	}
+	if waited := time.Since(start); waited < 350*time.Millisecond {
+		t.Fatalf("went past the gap after %s, before GapWait", waited)
+	}
+}
+
+func TestEventStreamKeepAliveLimitAndShutdown(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{KeepAlive: 30 * time.Millisecond, MaxStreams: 1})
+	_, frames := e.open("", "")
+	timeout := time.After(5 * time.Second)
+	for kept := false; !kept; {
+		select {
+		case f := <-frames:
+			kept = strings.Contains(f.comment, "keep-alive")
+		case <-timeout:
+			t.Fatal("no keep-alive comment")
+		}
+	}
+	if resp, _ := e.open("", ""); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a stream past MaxStreams: %d", resp.StatusCode)
+	}
+	e.api.CloseStreams()
+	timeout = time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-frames:
+			if !ok {
+				return // ended by the shutdown
+			}
+		case <-timeout:
+			t.Fatal("the stream outlived CloseStreams")
+		}
+	}
+}
+
+func TestEventStreamNeedsAKey(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	resp, err := http.Get(e.srv.URL + "/v1/mcp/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no key: %d", resp.StatusCode)
+	}
+}
