@@ -9,30 +9,31 @@ import (
 
 // The invariants, as named in the report.
 const (
-	InvNoEarlyUnhealthy  = "never unhealthy within 3H of an accepted heartbeat"
-	InvNoFalseAlarm      = "a module that kept heartbeating is never unhealthy"
-	InvSilentUnhealthy   = "a silent server is unhealthy within 3H + monitor period"
-	InvSkillsConsistent  = "skills agree with their server's status"
-	InvRegistration      = "acknowledged registration durable"
-	InvDeregistration    = "acknowledged deregistration durable"
-	InvRecoveryDurable   = "acknowledged heartbeat: durable status healthy"
-	InvHealthyPrompt     = "heartbeat of a healthy server never waits on PostgreSQL"
-	InvAuditChain        = "audit chain: no transition lost or doubled"
-	InvAuditRetained     = "audit event seen once, kept unchanged"
-	InvStatusMatchesLast = "server status = its last audit event"
-	InvAlertDelivered    = "unhealthy event alerted at least once"
-	InvAlertGenuine      = "alert signed and matching an audit event"
-	InvOutageHeartbeats  = "heartbeats accepted during a database outage"
-	InvReadyz            = "/readyz reports the database outage"
-	InvWellFormed        = "no 500, every 503 has Retry-After"
-	InvAnswered          = "every request answered while the process runs"
-	InvProcess           = "process exits only when told, gracefully on SIGTERM"
+	InvNoEarlyUnhealthy   = "never unhealthy within 3H of an accepted heartbeat"
+	InvNoFalseAlarm       = "a module that kept heartbeating is never unhealthy"
+	InvSilentUnhealthy    = "a silent server is unhealthy within 3H + monitor period"
+	InvSkillsConsistent   = "skills agree with their server's status"
+	InvRegistration       = "acknowledged registration durable"
+	InvDeregistration     = "acknowledged deregistration durable"
+	InvRecoveryDurable    = "acknowledged heartbeat: durable status healthy"
+	InvHealthyPrompt      = "heartbeat of a healthy server never waits on PostgreSQL"
+	InvAuditChain         = "audit chain: no transition lost or doubled"
+	InvAuditRetained      = "audit event seen once, kept unchanged"
+	InvStatusMatchesLast  = "server status = its last audit event"
+	InvAlertDelivered     = "unhealthy event alerted at least once"
+	InvAlertGenuine       = "alert signed and matching an audit event"
+	InvOutageHeartbeats   = "heartbeats accepted during a database outage"
+	InvRefusedNotRecorded = "503 \"nothing was recorded\": nothing recorded later"
+	InvReadyz             = "/readyz reports the database outage"
+	InvWellFormed         = "no 500, every 503 has Retry-After"
+	InvAnswered           = "every request answered while the process runs"
+	InvProcess            = "process exits only when told, gracefully on SIGTERM"
 )
 
 var invariantOrder = []string{
 	InvNoEarlyUnhealthy, InvNoFalseAlarm, InvSilentUnhealthy, InvSkillsConsistent, InvRegistration,
 	InvDeregistration, InvRecoveryDurable, InvHealthyPrompt, InvAuditChain, InvAuditRetained, InvStatusMatchesLast,
-	InvAlertDelivered, InvAlertGenuine, InvOutageHeartbeats, InvReadyz, InvWellFormed, InvAnswered, InvProcess,
+	InvAlertDelivered, InvAlertGenuine, InvOutageHeartbeats, InvRefusedNotRecorded, InvReadyz, InvWellFormed, InvAnswered, InvProcess,
 }
 
 var faultOrder = []string{
@@ -107,6 +108,7 @@ func Check(h *History) *Report {
 	c.checkAudit()
 	c.checkAlerts()
 	c.checkOutageHeartbeats()
+	c.checkRefusedNotRecorded()
 	c.checkReadyz()
 	c.checkResponses()
 	c.checkProcess()
@@ -919,18 +921,39 @@ func dedup(lines []string) []string {
 	return out
 }
 
-// checkHealthyPrompt: the heartbeat of a server whose committed status is healthy is answered by its
-// actor without waiting on PostgreSQL (README, durability contract), so within a second — unless the
-// process was stopped or restarting meanwhile, or the server's actor was being killed.
+// deservesHealthy reports whether the server of heartbeat q is healthy by every measure when q is
+// sent: its committed audit chain says healthy, and its previous heartbeat (or registration) was accepted
+// less than 1.5H of the service's time before — so by the health model it cannot be anything else.
+func (c *checker) deservesHealthy(q *Request) bool {
+	var prev *Request
+	for _, p := range c.byServer[q.ServerID] {
+		if !p.Sent.Before(q.Sent) {
+			break
+		}
+		if (p.Kind == ReqHeartbeat || p.Kind == ReqRegister) && p.Accepted() && !p.Done.After(q.Sent) {
+			prev = p
+		}
+	}
+	if prev == nil {
+		return false
+	}
+	paused, _ := c.paused(prev.Sent, q.Sent)
+	if q.Sent.Sub(prev.Sent)-paused >= 3*c.H/2 {
+		return false
+	}
+	st, _ := c.statusAt(q.ServerID, q.Sent)
+	return st == "healthy"
+}
+
+// checkHealthyPrompt: the heartbeat of a healthy server (see deservesHealthy) is answered by its actor
+// without waiting on PostgreSQL (README, durability contract), so within a second — unless the process
+// was stopped or restarting meanwhile, or the server's actor was being killed.
 func (c *checker) checkHealthyPrompt() {
 	var lat []time.Duration
 	reported := 0
 	for sid, qs := range c.byServer {
 		for _, q := range qs {
-			if q.Kind != ReqHeartbeat || q.Code == 0 && !q.Timeout {
-				continue
-			}
-			if st, _ := c.statusAt(sid, q.Sent); st != "healthy" {
+			if q.Kind != ReqHeartbeat || q.Code == 0 && !q.Timeout || !c.deservesHealthy(q) {
 				continue
 			}
 			if overlaps(c.downs, q.Sent, q.Done, 500*time.Millisecond) || overlaps(c.pauses, q.Sent, q.Done, 500*time.Millisecond) || c.actorFaultNear(sid, q.Sent) {
@@ -953,7 +976,7 @@ func (c *checker) checkHealthyPrompt() {
 			}
 			tl = append(tl, c.faultsNear(q.Sent.Add(-3*c.H), q.Done, sid)...)
 			c.violate(Violation{Invariant: InvHealthyPrompt, At: q.Sent, ServerID: sid, Module: c.moduleName(sid), Phase: q.Phase,
-				Message:  fmt.Sprintf("heartbeat of a healthy server (by its committed audit chain) took %s to answer (%s)", took.Round(time.Millisecond), outcomeOf(q)),
+				Message:  fmt.Sprintf("heartbeat of a healthy server (committed status healthy, previous heartbeat accepted less than 1.5H before) took %s to answer (%s)", took.Round(time.Millisecond), outcomeOf(q)),
 				Timeline: sortLines(dedup(tl))})
 		}
 	}
@@ -1153,27 +1176,27 @@ func (c *checker) checkAlerts() {
 }
 
 // checkOutageHeartbeats: while PostgreSQL is away, heartbeats of healthy servers keep being accepted
-// (issue 7, database outage). Heartbeats sent within a second of an actor fault of their server, or
-// while the process was not serving, are not counted.
+// (issue 7, database outage). A heartbeat counts when its server is healthy by every measure
+// (deservesHealthy); heartbeats within a second of an actor fault of their server, or while the process
+// was not serving, do not count.
 func (c *checker) checkOutageHeartbeats() {
 	for oi, o := range c.outages {
 		total, bad := 0, 0
+		servers := map[string]bool{}
 		outcome := map[string]int{}
 		var first, last time.Time
-		for _, qs := range c.byServer {
+		for sid, qs := range c.byServer {
 			for _, q := range qs {
 				if q.Kind != ReqHeartbeat || q.Sent.Before(o.Start) || q.Sent.After(o.End) {
 					continue
 				}
-				if overlaps(c.downs, q.Sent, q.Done, time.Second) || overlaps(c.pauses, q.Sent, q.Done, time.Second) || c.actorFaultNear(q.ServerID, q.Sent) {
-					continue
-				}
-				if st, _ := c.statusAt(q.ServerID, q.Sent); st != "healthy" {
+				if overlaps(c.downs, q.Sent, q.Done, time.Second) || overlaps(c.pauses, q.Sent, q.Done, time.Second) || c.actorFaultNear(sid, q.Sent) || !c.deservesHealthy(q) {
 					continue
 				}
 				total++
 				if !q.Accepted() {
 					bad++
+					servers[sid] = true
 					outcome[outcomeOf(q)]++
 					if first.IsZero() {
 						first = q.Sent
@@ -1187,9 +1210,48 @@ func (c *checker) checkOutageHeartbeats() {
 		c.counts[InvOutageHeartbeats].Bad += bad
 		if bad > 0 {
 			c.violate(Violation{Invariant: InvOutageHeartbeats, At: first, Phase: c.phaseAt(o.Start),
-				Message: fmt.Sprintf("outage %d (%s–%s, %s): %d of %d heartbeats of healthy servers refused, from %s (%s into the outage) to %s: %s",
-					oi+1, ts(o.Start), ts(o.End), o.End.Sub(o.Start).Round(time.Millisecond), bad, total, ts(first), first.Sub(o.Start).Round(time.Millisecond), ts(last), formatOutcomes(outcome))})
+				Message: fmt.Sprintf("outage %d (%s–%s, %s): %d heartbeats of %d healthy servers refused (of %d such heartbeats), from %s (%s into the outage) to %s: %s",
+					oi+1, ts(o.Start), ts(o.End), o.End.Sub(o.Start).Round(time.Millisecond), bad, len(servers), total, ts(first), first.Sub(o.Start).Round(time.Millisecond), ts(last), formatOutcomes(outcome))})
 		}
+	}
+}
+
+// checkRefusedNotRecorded: an answer 503 ("nothing was recorded: retry") given while PostgreSQL was
+// away leaves nothing behind — no recovery, registration or deregistration decided between the
+// request's sending and that answer appears in the audit later (it could only have been committed after
+// the database came back, that is after the client was told it was not).
+func (c *checker) checkRefusedNotRecorded() {
+	kindOf := map[string]string{ReqHeartbeat: "mcp.server.recovered", ReqRegister: "mcp.server.registered", ReqDeregister: "mcp.server.deregistered"}
+	byPhase := map[string][]string{}
+	n := 0
+	for sid, qs := range c.byServer {
+		for _, q := range qs {
+			kind, ok := kindOf[q.Kind]
+			if !ok || q.Code != 503 || q.Problem != "unavailable" || !within(c.outages, q.Done, 0, 0) {
+				continue
+			}
+			var hit *AuditEvent
+			for i := range c.events[sid] {
+				if e := &c.events[sid][i]; e.Kind == kind && !e.OccurredAt.Before(q.Sent) && !e.OccurredAt.After(q.Done) {
+					hit = e
+				}
+			}
+			if c.check(InvRefusedNotRecorded, hit == nil) {
+				continue
+			}
+			n++
+			if n <= 5 {
+				c.violate(Violation{Invariant: InvRefusedNotRecorded, At: q.Done, ServerID: sid, Module: c.moduleName(sid), Phase: q.Phase,
+					Message:  fmt.Sprintf("%s answered 503 %q during a database outage, yet its %s was committed after the database came back", q.Kind, q.Detail, kind),
+					Timeline: []string{c.describeReq(q), c.describeEvent(hit)}})
+			} else {
+				byPhase[q.Phase] = append(byPhase[q.Phase], sid)
+			}
+		}
+	}
+	for ph, sids := range byPhase {
+		c.violate(Violation{Invariant: InvRefusedNotRecorded, Phase: ph, At: c.end,
+			Message: fmt.Sprintf("%d more requests in phase %s answered 503 \"nothing was recorded\" whose write was committed later", len(sids), ph)})
 	}
 }
 
@@ -1383,6 +1445,20 @@ func (c *checker) countFaults() {
 			}
 			survived = true
 			break
+		}
+		if f.Kind == FaultChurn {
+			survived = false
+			for _, m := range c.h.Modules {
+				if m.Name != f.Target {
+					continue
+				}
+				for _, q := range c.byModule[m.Index] {
+					if q.Kind == ReqRegister && q.Accepted() && q.Sent.After(f.Start) {
+						survived = true
+						break
+					}
+				}
+			}
 		}
 		if !survived && (f.Kind == FaultServerPanic || f.Kind == FaultServerStop || f.Kind == FaultServerPoison) {
 			// A silenced server's first accepted heartbeat comes when its silence ends.
