@@ -207,3 +207,17 @@ func TestCheckSlowHealthyHeartbeat(t *testing.T) {
 	h.Requests = append(h.Requests, chaos.Request{Kind: chaos.ReqHeartbeat, Module: 0, ServerID: sid, Sent: at(9 * s), Done: at(9 * s), Code: 500, Problem: "internal"})
 	expect(t, chaos.Check(h.History), chaos.InvHealthyPrompt, chaos.InvWellFormed)
 }
+
+func TestCheckRefusedButRecorded(t *testing.T) {
+	// During an outage (2 s to 12 s) a recovery heartbeat is answered 503 "nothing was recorded", and its
+	// recovery shows up in the audit later anyway.
+	h := newHistory(4*s, 20*s)
+	h.fault(chaos.FaultDBStop, 2*s, 12*s)
+	h.silence(4500*time.Millisecond, 9*s)
+	h.unhealthy(6100*time.Millisecond, 7100*time.Millisecond)
+	h.heartbeat(9*s, 2*s, 503)
+	q := &h.Requests[len(h.Requests)-1]
+	q.Problem, q.Retry, q.Detail = "unavailable", "2", "nothing was recorded: retry"
+	h.event("mcp.server.recovered", "unhealthy", "healthy", 9*s+time.Millisecond)
+	expect(t, chaos.Check(h.History), chaos.InvRefusedNotRecorded)
+}
