@@ -197,7 +197,7 @@ func watch(ctx context.Context, c *fleetclient.Client, m *fleetclient.Module, re
 		failing = false
 		if srv.Status != last {
 			ago := time.Since(srv.LastHeartbeatAt).Round(100 * time.Millisecond)
-			out.printf("%s: service reports %s (last heartbeat %s ago)", m.Name(), srv.Status, ago)
+			out.printf("%s: service reports %s (last heartbeat %s ago)%s", m.Name(), srv.Status, ago, skillsLine(ctx, c, m.ServerID()))
 			last = srv.Status
 		}
 	}
@@ -230,4 +230,27 @@ func (l *lineWriter) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, _ = io.WriteString(l.w, line)
+}
+
+// skillsLine describes the server's skills' availability, so the cascade shows beside each status.
+func skillsLine(ctx context.Context, c *fleetclient.Client, serverID string) string {
+	skills, err := c.Skills(ctx, serverID)
+	if err != nil || len(skills) == 0 {
+		return ""
+	}
+	var avail, unavail []string
+	for _, k := range skills {
+		if k.Available {
+			avail = append(avail, k.Name)
+		} else {
+			unavail = append(unavail, k.Name)
+		}
+	}
+	switch {
+	case len(unavail) == 0:
+		return "; skills available: " + strings.Join(avail, ", ")
+	case len(avail) == 0:
+		return "; skills unavailable: " + strings.Join(unavail, ", ")
+	}
+	return "; skills available: " + strings.Join(avail, ", ") + "; unavailable: " + strings.Join(unavail, ", ")
 }

@@ -94,10 +94,16 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		return nil, err
 	}
 	s.remote = s.newRemote(cfg, log)
+	dashboard, err := s.newUI(cfg, opt, log)
+	if err != nil {
+		_ = s.fleet.Stop(ctx)
+		s.store.Close()
+		return nil, err
+	}
 	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
-		Ready: s.ready.Load, Remote: s.remote,
+		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,
 	})
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -110,6 +116,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	s.http.RegisterOnShutdown(api.CloseStreams) // event streams never end by themselves
 	s.ready.Store(true)
 	if !opt.ManualProbes {
 		s.remote.StartProbing()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/migrations"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/pgserver"
+	"github.com/mcpfleet/mcpfleet/secrets"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -83,6 +86,20 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		keys[r] = k
 	}
 	admin.Close()
+
+	// The demo's MCP servers listen on loopback, which the endpoint policy refuses unless listed; and a
+	// demo needs a key to seal credentials an operator may configure (a fresh one per run: the demo
+	// database is fresh too).
+	cfg.EndpointAllowlist = append(cfg.EndpointAllowlist, "127.0.0.1", "::1", "localhost")
+	if cfg.SecretKey == nil {
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		if cfg.SecretKey, err = secrets.ParseKey(hex.EncodeToString(raw[:])); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
 
 	hook, err := startAlertReceiver(stdout)
 	if err != nil {
@@ -214,6 +231,7 @@ func startAlertReceiver(out io.Writer) (*alertReceiver, error) {
 			return
 		}
 		var al struct {
+			Kind       string `json:"kind"`
 			ModuleName string `json:"module_name"`
 			ServerID   string `json:"server_id"`
 			EventID    string `json:"event_id"`
@@ -221,8 +239,8 @@ func startAlertReceiver(out io.Writer) (*alertReceiver, error) {
 		}
 		_ = json.Unmarshal(body, &al)
 		mu.Lock()
-		fmt.Fprintf(out, "%s ALERT (webhook, signature verified): %s (%s) is unhealthy — event %s, trace %s\n",
-			time.Now().Format("15:04:05"), al.ModuleName, al.ServerID, al.EventID, al.TraceID)
+		fmt.Fprintf(out, "%s ALERT %s (webhook, signature verified): %s (%s) — event %s, trace %s\n",
+			time.Now().Format("15:04:05"), al.Kind, al.ModuleName, al.ServerID, al.EventID, al.TraceID)
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})}

@@ -1,0 +1,147 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
+	"github.com/mcpfleet/mcpfleet/remote"
+	"github.com/mcpfleet/mcpfleet/ui"
+)
+
+// The call gateway (issue 4) does not exist yet: these tests hold the dashboard's side of the
+// contract (ui.Calls) with a stand-in gateway, so the approvals section is exercised in a real browser
+// now and the gateway only has to implement the interface.
+
+type fakeCalls struct {
+	mu      sync.Mutex
+	parked  []ui.ParkedCall
+	decided map[uuid.UUID]bool
+	by      map[uuid.UUID]persistence.Principal
+}
+
+func (f *fakeCalls) AwaitingApproval(_ context.Context, _, serverID uuid.UUID, _ int) ([]ui.ParkedCall, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []ui.ParkedCall
+	for _, c := range f.parked {
+		if _, done := f.decided[c.CallID]; !done && (serverID == uuid.Nil || serverID == c.ServerID) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCalls) Decide(_ context.Context, p persistence.Principal, callID uuid.UUID, approve bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, done := f.decided[callID]; done {
+		return ui.ErrNotParked
+	}
+	for _, c := range f.parked {
+		if c.CallID == callID {
+			f.decided[callID], f.by[callID] = approve, p
+			return nil
+		}
+	}
+	return persistence.ErrNotFound
+}
+
+func (f *fakeCalls) RecentEvents(_ context.Context, _, _ uuid.UUID, _ int) ([]ui.CallEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []ui.CallEvent
+	for id, ok := range f.decided {
+		kind := "call.started"
+		if !ok {
+			kind = "call.failed"
+		}
+		out = append(out, ui.CallEvent{Kind: kind, CallID: id, Tool: "echo", State: kind[5:], At: time.Now()})
+	}
+	return out, nil
+}
+
+// noRemote is the MCP client side of a dashboard that has no servers.
+type noRemote struct{ ui.Remote }
+
+func (noRemote) Describe(context.Context, uuid.UUID, []uuid.UUID) (map[uuid.UUID]remote.Description, error) {
+	return map[uuid.UUID]remote.Description{}, nil
+}
+
+func TestApprovals(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	tenant, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminKey, err := admin.CreateAPIKey(ctx, tenant, persistence.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := uuid.New()
+	approveID, denyID := uuid.New(), uuid.New()
+	calls := &fakeCalls{decided: map[uuid.UUID]bool{}, by: map[uuid.UUID]persistence.Principal{}, parked: []ui.ParkedCall{
+		{CallID: approveID, RunID: "run-1", ServerID: server, ModuleName: "calendar", Tool: "create_event",
+			Arguments: json.RawMessage(`{"title":"<b>standup</b>"}`), RequestedAt: time.Now()},
+		{CallID: denyID, RunID: "run-1", ServerID: server, ModuleName: "calendar", Tool: "delete_event",
+			Arguments: json.RawMessage(`{"id":7}`), RequestedAt: time.Now()},
+	}}
+	dash, err := ui.New(ui.Config{}, ui.Deps{Store: store, Remote: noRemote{}, Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	dash.Mount(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+
+	b := newBrowser(t)
+	b.signIn(srv.URL, adminKey.APIKey)
+	if got := b.text(`tr[data-call-id="` + approveID.String() + `"] td[data-label="Arguments"]`); got != `{"title":"<b>standup</b>"}` {
+		t.Fatalf("arguments shown as %q", got)
+	}
+	b.navigate("approve", chromedp.Click(chromedp.CSS(`form[action="/ui/calls/`+approveID.String()+`/approve"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "Call approved") {
+		t.Fatalf("after approving: %q", got)
+	}
+	b.navigate("deny", chromedp.Click(chromedp.CSS(`form[action="/ui/calls/`+denyID.String()+`/deny"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "Call denied") {
+		t.Fatalf("after denying: %q", got)
+	}
+	if got := b.text("#approvals"); !strings.Contains(got, "No call is awaiting approval") {
+		t.Fatalf("approvals after both decisions: %q", got)
+	}
+	calls.mu.Lock()
+	defer calls.mu.Unlock()
+	if ok, done := calls.decided[approveID]; !done || !ok {
+		t.Fatal("the approval did not reach the gateway")
+	}
+	if ok, done := calls.decided[denyID]; !done || ok {
+		t.Fatal("the denial did not reach the gateway")
+	}
+	if p := calls.by[approveID]; p.TenantID != tenant || p.Role != persistence.RoleAdmin {
+		t.Fatalf("decided by %+v", p)
+	}
+}

@@ -1,0 +1,330 @@
+package ui
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// Sessions.
+//
+// The cookie holds 32 random bytes (base64url); the database holds their SHA-256, the key that signed
+// in and the expiry (persistence.CreateSession), so a copy of the table opens no session. The CSRF
+// token of a session is HMAC-SHA256 keyed with the raw session id over a fixed label: a synchronizer
+// token that needs no storage, survives a restart like the session, and cannot be computed without
+// the cookie, which script cannot read (HttpOnly) and another site cannot make the browser send
+// (SameSite=Strict). Forms send it as csrf_token, the script as the X-CSRF-Token header.
+//
+// The sign-in form is protected the same way before any session exists: GET /ui/ sets a short-lived
+// random cookie and puts its HMAC in the form, so another site cannot sign a browser in with its own key.
+
+const (
+	sessionCookie       = "mcpfleet_session"
+	secureSessionCookie = "__Host-mcpfleet_session" // over TLS: Secure, Path=/, no Domain, enforced by browsers
+	signinCookie        = "mcpfleet_signin"
+	csrfField           = "csrf_token"
+	csrfHeader          = "X-CSRF-Token"
+	sessionIDBytes      = 32
+)
+
+// session is a signed-in browser.
+type session struct {
+	id        []byte // raw session id, from the cookie
+	p         persistence.Principal
+	expiresAt time.Time
+}
+
+// csrf is the session's CSRF token.
+func (s *session) csrf() string { return csrfToken(s.id, "mcpfleet/ui/csrf/v1") }
+
+func csrfToken(key []byte, label string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(label))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func hashID(id []byte) []byte {
+	h := sha256.Sum256(id)
+	return h[:]
+}
+
+func newRandomID() ([]byte, error) {
+	b := make([]byte, sessionIDBytes)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// secure reports whether cookies for r must be Secure.
+func (u *UI) secure(r *http.Request) bool { return r.TLS != nil || u.cfg.SecureCookies }
+
+// sessionID returns the raw session id of r's cookie, or nil.
+func sessionID(r *http.Request) []byte {
+	for _, name := range []string{secureSessionCookie, sessionCookie} {
+		c, err := r.Cookie(name)
+		if err != nil {
+			continue
+		}
+		b, err := base64.RawURLEncoding.DecodeString(c.Value)
+		if err == nil && len(b) == sessionIDBytes {
+			return b
+		}
+	}
+	return nil
+}
+
+// errNoSession: r carries no valid session.
+var errNoSession = errors.New("no valid session")
+
+// loadSession returns r's session: errNoSession, or an error when the database cannot say.
+func (u *UI) loadSession(r *http.Request) (*session, error) {
+	id := sessionID(r)
+	if id == nil {
+		return nil, errNoSession
+	}
+	p, exp, err := u.deps.Store.LookupSession(r.Context(), hashID(id), u.deps.Now())
+	if errors.Is(err, persistence.ErrNotFound) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.Role != persistence.RoleOperator && p.Role != persistence.RoleAdmin {
+		return nil, errNoSession // never opened for a module key; refuse one all the same
+	}
+	return &session{id: id, p: p, expiresAt: exp}, nil
+}
+
+// SessionPrincipal implements httpapi.UI: the event stream accepts a dashboard session.
+func (u *UI) SessionPrincipal(r *http.Request) (persistence.Principal, bool, error) {
+	s, err := u.loadSession(r)
+	if errors.Is(err, errNoSession) {
+		return persistence.Principal{}, false, nil
+	}
+	if err != nil {
+		return persistence.Principal{}, false, err
+	}
+	return s.p, true, nil
+}
+
+func (u *UI) setSessionCookie(c *gin.Context, id []byte) {
+	name := sessionCookie
+	if u.secure(c.Request) {
+		name = secureSessionCookie
+	}
+	// A browser-session cookie (no Max-Age): it goes when the browser closes; the server-side expiry
+	// bounds it anyway.
+	http.SetCookie(c.Writer, &http.Cookie{Name: name, Value: base64.RawURLEncoding.EncodeToString(id), Path: "/",
+		HttpOnly: true, Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
+}
+
+func (u *UI) clearSessionCookies(c *gin.Context) {
+	for _, name := range []string{sessionCookie, secureSessionCookie} {
+		if _, err := c.Request.Cookie(name); err == nil {
+			http.SetCookie(c.Writer, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+				Secure: name == secureSessionCookie || u.secure(c.Request), SameSite: http.SameSiteStrictMode})
+		}
+	}
+}
+
+// sameOrigin reports whether a state-changing request may have come from this site: its Origin (or,
+// without one, its Referer) names this host, or the browser sent neither (a non-browser client has no
+// session cookie to ride on, and SameSite=Strict plus the token cover old browsers).
+func sameOrigin(r *http.Request) bool {
+	src := r.Header.Get("Origin")
+	if src == "" {
+		src = r.Header.Get("Referer")
+	}
+	if src == "" {
+		return true
+	}
+	if src == "null" {
+		return false
+	}
+	o, err := url.Parse(src)
+	if err != nil {
+		return false
+	}
+	return strings.EqualFold(o.Host, r.Host)
+}
+
+// checkCSRF checks a state-changing request of s: its origin and its token (form field or header).
+func checkCSRF(c *gin.Context, want string) bool {
+	if !sameOrigin(c.Request) {
+		return false
+	}
+	got := c.GetHeader(csrfHeader)
+	if got == "" {
+		got = c.PostForm(csrfField)
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// signinToken returns the sign-in form's token for r, setting its cookie if r has none.
+func (u *UI) signinToken(c *gin.Context) (string, error) {
+	if ck, err := c.Request.Cookie(signinCookie); err == nil {
+		if b, err := base64.RawURLEncoding.DecodeString(ck.Value); err == nil && len(b) == sessionIDBytes {
+			return csrfToken(b, "mcpfleet/ui/sign-in/v1"), nil
+		}
+	}
+	b, err := newRandomID()
+	if err != nil {
+		return "", err
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: signinCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: "/ui/",
+		MaxAge: 3600, HttpOnly: true, Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
+	return csrfToken(b, "mcpfleet/ui/sign-in/v1"), nil
+}
+
+func checkSigninToken(c *gin.Context) bool {
+	ck, err := c.Request.Cookie(signinCookie)
+	if err != nil || !sameOrigin(c.Request) {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	if err != nil || len(b) != sessionIDBytes {
+		return false
+	}
+	got := c.PostForm(csrfField)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(csrfToken(b, "mcpfleet/ui/sign-in/v1"))) == 1
+}
+
+type roleSet int
+
+const (
+	anyRole   roleSet = iota // operator or admin (module keys never get a session)
+	adminOnly                // remote servers are reached on an administrator's behalf only
+)
+
+// withSession runs h for a signed-in request of the right role; for a state-changing request it checks
+// the CSRF token first. A request without a session is sent to sign in.
+func (u *UI) withSession(roles roleSet, h func(*gin.Context, *session)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		s, err := u.loadSession(c.Request)
+		if errors.Is(err, errNoSession) {
+			if c.Request.Method == http.MethodGet {
+				c.Redirect(http.StatusSeeOther, "/ui/")
+				return
+			}
+			u.fail(c, nil, http.StatusUnauthorized, "You are not signed in (or your session ended): sign in again.", nil)
+			return
+		}
+		if err != nil {
+			u.fail(c, nil, http.StatusServiceUnavailable, "The session could not be checked right now: retry shortly.", err)
+			return
+		}
+		if c.Request.Method != http.MethodGet && !checkCSRF(c, s.csrf()) {
+			u.fail(c, s, http.StatusForbidden, "This form is stale or did not come from this dashboard: reload the page and try again.", nil)
+			return
+		}
+		if roles == adminOnly && s.p.Role != persistence.RoleAdmin {
+			u.fail(c, s, http.StatusForbidden, "Only an administrator may do this: remote servers are reached on an administrator's behalf. Sign in with an admin key.", nil)
+			return
+		}
+		h(c, s)
+	}
+}
+
+// index is GET /ui/: the overview when signed in, else the sign-in form.
+func (u *UI) index(c *gin.Context) {
+	s, err := u.loadSession(c.Request)
+	switch {
+	case errors.Is(err, errNoSession):
+		u.signInForm(c, http.StatusOK, "")
+	case err != nil:
+		u.fail(c, nil, http.StatusServiceUnavailable, "The session could not be checked right now: retry shortly.", err)
+	default:
+		u.overview(c, s)
+	}
+}
+
+func (u *UI) signInForm(c *gin.Context, status int, problem string) {
+	tok, err := u.signinToken(c)
+	if err != nil {
+		u.fail(c, nil, http.StatusInternalServerError, "The sign-in form could not be prepared.", err)
+		return
+	}
+	u.render(c, status, "signin", pageData{Title: "Sign in", SigninToken: tok, Problem: problem})
+}
+
+// signIn is POST /ui/sign-in with api_key: an operator or admin key opens a session.
+func (u *UI) signIn(c *gin.Context) {
+	if !checkSigninToken(c) {
+		u.signInForm(c, http.StatusForbidden, "The sign-in form expired or did not come from this dashboard: try again.")
+		return
+	}
+	key := strings.TrimSpace(c.PostForm("api_key"))
+	if !persistence.WellFormedAPIKey(key) {
+		u.signInForm(c, http.StatusUnauthorized, "That is not an mcpfleet API key (they start with mcpf_).")
+		return
+	}
+	ctx := c.Request.Context()
+	p, err := u.deps.Store.LookupKey(ctx, persistence.HashAPIKey(key))
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		u.signInForm(c, http.StatusUnauthorized, "That API key is not valid (unknown or revoked).")
+		return
+	case err != nil:
+		u.log.WarnContext(ctx, "ui: sign-in: key lookup failed", "err", err)
+		u.signInForm(c, http.StatusServiceUnavailable, "The key could not be checked right now: retry shortly.")
+		return
+	case p.Role != persistence.RoleOperator && p.Role != persistence.RoleAdmin:
+		u.signInForm(c, http.StatusForbidden, "Module keys cannot sign in to the dashboard: use an operator or admin key.")
+		return
+	}
+	id, err := newRandomID()
+	if err != nil {
+		u.fail(c, nil, http.StatusInternalServerError, "The session could not be opened.", err)
+		return
+	}
+	now := u.deps.Now()
+	if err := u.deps.Store.CreateSession(ctx, p, hashID(id), now, now.Add(u.cfg.SessionTTL)); err != nil {
+		u.log.WarnContext(ctx, "ui: sign-in: session not stored", "err", err)
+		u.signInForm(c, http.StatusServiceUnavailable, "The session could not be opened right now: retry shortly.")
+		return
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: signinCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true,
+		Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
+	u.setSessionCookie(c, id)
+	u.log.InfoContext(ctx, "ui: signed in", "tenant_id", p.TenantID, "key_id", p.KeyID, "role", p.Role)
+	c.Redirect(http.StatusSeeOther, "/ui/")
+}
+
+// signOut is POST /ui/sign-out: the session ends server-side and its cookie is cleared.
+func (u *UI) signOut(c *gin.Context, s *session) {
+	ctx := c.Request.Context()
+	if err := u.deps.Store.RevokeSession(ctx, s.p.TenantID, hashID(s.id), u.deps.Now()); err != nil {
+		u.fail(c, s, http.StatusServiceUnavailable, "You could not be signed out right now: retry shortly.", err)
+		return
+	}
+	u.flashes.drop(s)
+	u.clearSessionCookies(c)
+	c.Redirect(http.StatusSeeOther, "/ui/")
+}
+
+// sessionState is GET /ui/session: whether the browser is signed in, for the script to tell a dropped
+// event stream from an ended session.
+func (u *UI) sessionState(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	s, err := u.loadSession(c.Request)
+	switch {
+	case errors.Is(err, errNoSession):
+		c.JSON(http.StatusUnauthorized, gin.H{"signed_in": false})
+	case err != nil:
+		c.JSON(http.StatusServiceUnavailable, gin.H{"signed_in": nil})
+	default:
+		c.JSON(http.StatusOK, gin.H{"signed_in": true, "role": s.p.Role, "expires_at": s.expiresAt.UTC()})
+	}
+}
