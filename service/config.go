@@ -27,6 +27,7 @@ type Config struct {
 	LogLevel            slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
 	TraceExport         bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
 	DBMaxConns          int32         // MCPFLEET_DB_MAX_CONNS, default 8
+	PprofAddr           string        // MCPFLEET_PPROF_ADDR: serve Go's profiler there (off when empty)
 	FlapWindow          time.Duration // MCPFLEET_FLAP_WINDOW, default 15m
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
@@ -74,6 +75,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	dur("MCPFLEET_STAMP_FLUSH_INTERVAL", 500*time.Millisecond, &c.StampFlushInterval)
 	dur("MCPFLEET_WRITE_TIMEOUT", 5*time.Second, &c.WriteTimeout)
 	dur("MCPFLEET_FLAP_WINDOW", 15*time.Minute, &c.FlapWindow)
+	c.PprofAddr = getenv("MCPFLEET_PPROF_ADDR")
 	num := func(name string, def, lo, hi float64, dst *float64) {
 		*dst = def
 		if v := getenv(name); v != "" {

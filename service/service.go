@@ -173,6 +173,12 @@ func Run(ctx context.Context, cfg Config, opt Options) error {
 	if err != nil {
 		return err
 	}
+	stopPprof, err := startPprof(cfg.PprofAddr, s.log)
+	if err != nil {
+		s.log.Warn("profiler not started", "err", err)
+		stopPprof = func() {}
+	}
+	defer stopPprof()
 	select {
 	case <-ctx.Done():
 	case err := <-s.served:
