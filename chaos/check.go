@@ -336,9 +336,11 @@ func orDash(s string) string {
 	return s
 }
 
-// receiptLatency bounds how long an accepted heartbeat takes from its sending to reaching the service
-// on loopback, when the process is not stopped: one monitor period, at least 250 ms.
-func (c *checker) receiptLatency() time.Duration { return max(250*time.Millisecond, c.M) }
+// receiptLatency bounds how long an accepted heartbeat takes from its sending to reaching its server's
+// actor on loopback when the process is not stopped: one heartbeat interval (a hundred times the usual
+// latency, so CPU starvation of a loaded machine does not make a late arrival look early). A heartbeat
+// that caused a recovery needs no bound: the service stamps its arrival in the recovered event.
+func (c *checker) receiptLatency() time.Duration { return max(250*time.Millisecond, c.H) }
 
 // evidence is one heartbeat (or registration) the service accepted, and the earliest moment it can
 // have been received by the service: its sending, or the service's own stamp of it when it caused a
@@ -946,8 +948,9 @@ func (c *checker) deservesHealthy(q *Request) bool {
 }
 
 // checkHealthyPrompt: the heartbeat of a healthy server (see deservesHealthy) is answered by its actor
-// without waiting on PostgreSQL (README, durability contract), so within a second — unless the process
-// was stopped or restarting meanwhile, or the server's actor was being killed.
+// without waiting on PostgreSQL (README, durability contract), so within 2H (beyond that a module's
+// server could turn degraded; the usual answer takes a millisecond) — unless the process was stopped or
+// restarting meanwhile, or the server's actor was being killed.
 func (c *checker) checkHealthyPrompt() {
 	var lat []time.Duration
 	reported := 0
@@ -961,7 +964,7 @@ func (c *checker) checkHealthyPrompt() {
 			}
 			took := q.Done.Sub(q.Sent)
 			lat = append(lat, took)
-			if c.check(InvHealthyPrompt, took <= time.Second) {
+			if c.check(InvHealthyPrompt, took <= 2*c.H) {
 				continue
 			}
 			reported++
