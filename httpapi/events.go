@@ -192,6 +192,9 @@ func (s *Server) events(c *gin.Context) {
 		return
 	}
 	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, w: c.Writer, rc: http.NewResponseController(c.Writer)}
+	// The server's read and write timeouts were set for a request that ends: clear the read deadline (a
+	// stream has nothing more to read, only a disconnect to notice) and give each write its own.
+	_ = st.rc.SetReadDeadline(time.Time{})
 	st.audit.last, st.imports.last = latest.Audit, latest.Import
 	reset := false
 	if resume != nil {

@@ -341,6 +341,33 @@ func TestEventStreamKeepAliveLimitAndShutdown(t *testing.T) {
 	}
 }
 
+// TestEventStreamOutlivesServerTimeouts runs the stream on a server with short read and write
+// timeouts, as the service's http.Server has (30 s each): the stream must outlive both.
+func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{KeepAlive: 50 * time.Millisecond})
+	e.srv.Close()
+	e.srv = httptest.NewUnstartedServer(e.api.Handler())
+	e.srv.Config.ReadTimeout, e.srv.Config.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
+	e.srv.Start()
+	t.Cleanup(e.srv.Close)
+	_, frames := e.open("", "")
+	deadline := time.After(time.Second)
+	for {
+		select {
+		case _, ok := <-frames:
+			if !ok {
+				t.Fatal("the stream ended at the server's timeouts")
+			}
+		case <-deadline:
+			e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+			if f := next(t, frames); f.id != "1-0" {
+				t.Fatalf("after 1 s: %+v", f)
+			}
+			return
+		}
+	}
+}
+
 func TestEventStreamNeedsAKey(t *testing.T) {
 	e := newStreamEnv(t, httpapi.EventStreamConfig{})
 	resp, err := http.Get(e.srv.URL + "/v1/mcp/events")
