@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -315,8 +316,8 @@ func TestServerCard(t *testing.T) {
 		close(fl.release)
 		_ = front.Close()
 	})
-	id := e.configure("modern-server", "http://"+ln.Addr().String()+target.Path)
-	hostileID := e.configure("hostile-server", mcptest.Hostile(t).URL)
+	id := e.configure("modern-server", "http://"+ln.Addr().String()+target.Path, "") // no data class yet
+	hostileID := e.configure("hostile-server", mcptest.Hostile(t).URL, "internal")
 
 	b := newBrowser(t)
 	base := e.url()
@@ -382,6 +383,16 @@ func TestServerCard(t *testing.T) {
 	}
 	b.samePage(origin)
 
+	// Import is refused while the server declares no data class (fail-closed); declaring one is a form.
+	b.navigate("import without a data class", chromedp.Click(chromedp.CSS(`form[action$="/import"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "Import refused") || !strings.Contains(got, "no data class") {
+		t.Fatalf("import without a data class: %q", got)
+	}
+	b.do("choose a data class", chromedp.SetValue(chromedp.ID("data-class"), "internal"))
+	b.navigate("save the settings", chromedp.Click(chromedp.CSS(`form[action$="/settings"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "data class internal, approval required") {
+		t.Fatalf("settings notice %q", got)
+	}
 	// Import (posts and reloads, and shows what it did), then enable a tool.
 	b.navigate("import", chromedp.Click(chromedp.CSS(`form[action$="/import"] button`)))
 	flash := b.text(".flash")
@@ -415,7 +426,19 @@ func TestServerCard(t *testing.T) {
 	// A hostile server's self-description is text, and runs nothing.
 	b.navigate("open the hostile card", chromedp.Navigate(base+"/ui/servers/"+hostileID))
 	b.do("arm the alert trap", chromedp.Evaluate[chromedp.Void](`window.__alerted = false; window.alert = function () { window.__alerted = true; }`))
-	b.do("test the hostile server", chromedp.Click(chromedp.CSS("[data-test-button]")))
+	// From the keyboard: Tab reaches the button, Enter fires it.
+	reached := false
+	for range 40 {
+		b.do("press Tab", chromedp.KeyEvent(kb.Tab))
+		if eval[bool](b, `document.activeElement && document.activeElement.matches("[data-test-button]")`) {
+			reached = true
+			break
+		}
+	}
+	if !reached {
+		t.Fatal("Tab never reaches the Test connection button")
+	}
+	b.do("press Enter", chromedp.KeyEvent(kb.Enter))
 	b.waitJS("the hostile report", `document.querySelector("[data-report-head]").textContent.startsWith("Connection test succeeded")`, 15*time.Second)
 	if got := reportValue(b, "Server name"); got != mcptest.HostileName {
 		t.Fatalf("hostile name shown as %q, want the text %q", got, mcptest.HostileName)

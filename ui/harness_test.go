@@ -51,20 +51,14 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A fixed port, so a browser can reconnect to a restarted service.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	e.cfg = service.Config{
-		DatabaseURL: db.AppURL, HTTPAddr: addr, HeartbeatInterval: 10 * time.Second,
+		DatabaseURL: db.AppURL, HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 10 * time.Second,
 		MonitorInterval: 5 * time.Second, StampFlushInterval: 50 * time.Millisecond, WriteTimeout: 5 * time.Second,
 		DBMaxConns: 8, FlapWindow: 15 * time.Minute, FlapThreshold: 4,
 		EndpointAllowlist: []string{"127.0.0.1"}, SecretKey: key, MCPTimeout: 2 * time.Second,
 	}
 	e.start()
+	e.cfg.HTTPAddr = e.svc.Addr() // a restart comes back on the same port, so a browser can reconnect
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -160,12 +154,15 @@ func (e *env) register(module string) string {
 	return m["server_id"].(string)
 }
 
-// configure configures a push-liveness server at endpoint with a data class and returns its server_id.
-func (e *env) configure(module, endpoint string) string {
+// configure configures a push-liveness server at endpoint with a data class ("" for none) and returns
+// its server_id.
+func (e *env) configure(module, endpoint, dataClass string) string {
 	e.t.Helper()
-	st, m := e.api("POST", "/v1/mcp/servers", e.keys[persistence.RoleAdmin], map[string]any{
-		"module_name": module, "endpoint": endpoint, "liveness": "push", "data_class": "internal",
-	})
+	body := map[string]any{"module_name": module, "endpoint": endpoint, "liveness": "push"}
+	if dataClass != "" {
+		body["data_class"] = dataClass
+	}
+	st, m := e.api("POST", "/v1/mcp/servers", e.keys[persistence.RoleAdmin], body)
 	if st != http.StatusCreated {
 		e.t.Fatalf("configure %s: %d %v", module, st, m)
 	}

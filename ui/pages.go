@@ -333,6 +333,8 @@ type cardView struct {
 	Import            string
 	ImportError       string
 	Freshness         string
+	DataClassOptions  []option
+	RequiresApproval  bool
 	Skills            []skillView
 	Timeline          []timelineEntry
 	Transitions       int
@@ -419,6 +421,11 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 		FlapThreshold: u.cfg.FlapThreshold, Flapping: hist.Transitions >= u.cfg.FlapThreshold, Report: report,
 	}
 	v.Auth, v.AuthUnsupported = authText(k)
+	v.RequiresApproval = k.RequiresApproval
+	v.DataClassOptions = []option{{Value: "", Label: "None (supplies nothing)", Selected: k.DataClass == ""}}
+	for _, dc := range persistence.DataClasses {
+		v.DataClassOptions = append(v.DataClassOptions, option{Value: dc, Label: dc, Selected: k.DataClass == dc})
+	}
 	switch k.Liveness {
 	case persistence.LivenessProbe:
 		v.Liveness = fmt.Sprintf("Probe: the service performs the MCP handshake every %s; a success counts as a heartbeat", fmtDuration(u.cfg.HeartbeatInterval))
@@ -523,6 +530,36 @@ func (u *UI) setServerEnabled(enabled bool) func(*gin.Context, *session) {
 		u.flashes.put(s, id.String(), flash{Notice: notice})
 		u.backToCard(c, id, "")
 	}
+}
+
+// saveSettings is POST /ui/servers/{id}/settings (administrators): the declared data class (none,
+// or one of persistence.DataClasses) and whether calls need approval.
+func (u *UI) saveSettings(c *gin.Context, s *session) {
+	id, ok := u.parseServerID(c, s)
+	if !ok {
+		return
+	}
+	class := c.PostForm("data_class")
+	if class != "" && !persistence.ValidDataClass(class) {
+		u.fail(c, s, http.StatusBadRequest, "Unknown data class: choose none or one of "+strings.Join(persistence.DataClasses, ", ")+".", nil)
+		return
+	}
+	approval := c.PostForm("requires_approval") == "on"
+	ctx := c.Request.Context()
+	in := remote.PatchInput{DataClassSet: true, DataClass: class, RequiresApproval: &approval}
+	if _, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, in); err != nil {
+		status, msg := u.remoteProblem(ctx, err)
+		u.fail(c, s, status, msg, err)
+		return
+	}
+	notice := "Settings saved: data class " + orDash(class) + ", approval "
+	if approval {
+		notice += "required."
+	} else {
+		notice += "not required."
+	}
+	u.flashes.put(s, id.String(), flash{Notice: notice})
+	u.backToCard(c, id, "#import")
 }
 
 // setSkillEnabled is POST /ui/skills/{id}/enable and /disable (operators too).

@@ -92,7 +92,7 @@ func (c *client) signIn(key string) string {
 
 func TestSessionsAndCSRF(t *testing.T) {
 	e := newEnv(t)
-	id := e.configure("modern", mcptest.Modern(t).URL)
+	id := e.configure("modern", mcptest.Modern(t).URL, "internal")
 	base := e.url()
 
 	// The sign-in form has its own token: a post without the form's cookie and token is refused.

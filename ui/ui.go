@@ -236,6 +236,7 @@ func (u *UI) Mount(r gin.IRouter) {
 	g.POST("/servers/:server_id/import", u.withSession(adminOnly, u.importCatalogue))
 	g.POST("/servers/:server_id/enable", u.withSession(adminOnly, u.setServerEnabled(true)))
 	g.POST("/servers/:server_id/disable", u.withSession(adminOnly, u.setServerEnabled(false)))
+	g.POST("/servers/:server_id/settings", u.withSession(adminOnly, u.saveSettings))
 	g.POST("/skills/:skill_id/enable", u.withSession(anyRole, u.setSkillEnabled(true)))
 	g.POST("/skills/:skill_id/disable", u.withSession(anyRole, u.setSkillEnabled(false)))
 	g.POST("/calls/:call_id/approve", u.withSession(adminOnly, u.decide(true)))
