@@ -66,6 +66,8 @@ type Deps struct {
 	// Events feeds GET /v1/mcp/events; UI is the dashboard under /ui/ (both optional).
 	Events EventStore
 	UI     UI
+	// Gateway is the tool-call gateway (/v1/mcp/calls, /v1/mcp/runs, /v1/mcp/settings); optional.
+	Gateway Gateway
 }
 
 // Server is the HTTP API.
@@ -130,6 +132,7 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/mcp/audit", s.handle(ops, s.listAudit))
 	s.configRoutes(v1)
 	s.eventRoutes(v1)
+	s.callRoutes(v1)
 	if s.deps.UI != nil {
 		s.deps.UI.Mount(r)
 	}
