@@ -39,6 +39,11 @@ type Config struct {
 	MCPTimeout        time.Duration // MCPFLEET_MCP_TIMEOUT: one deadline per MCP operation, default 15s
 	ProbeConcurrency  int           // MCPFLEET_PROBE_CONCURRENCY: probes running at once, default 32
 
+	// The tool-call gateway (zero takes the default).
+	MaxCallsPerRun int           // MCPFLEET_MAX_CALLS_PER_RUN: calls a run may make unless its tenant set its own, default 20
+	ApprovalWindow time.Duration // MCPFLEET_APPROVAL_WINDOW: how long a parked call may be approved, default 15m
+	CallsPerServer int           // MCPFLEET_CALLS_PER_SERVER: calls in flight to one server, default 4
+
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
@@ -115,6 +120,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("MCPFLEET_PROBE_CONCURRENCY=%q: want a number from 1 to 10000", v))
 		}
 	}
+	errs = append(errs, c.gatewayFromEnv(getenv)...)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -151,6 +157,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateMCPClient()...)
+	errs = append(errs, c.validateGateway()...)
 	return errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/gateway"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -50,6 +51,7 @@ type Service struct {
 	ready   atomic.Bool
 	served  chan error
 	remote  *remote.Service
+	gateway *gateway.Gateway
 }
 
 // Start starts the service and returns once it is ready and listening.
@@ -94,6 +96,11 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		return nil, err
 	}
 	s.remote = s.newRemote(cfg, log)
+	if err := s.startGateway(ctx, cfg, opt, log); err != nil {
+		_ = s.fleet.Stop(ctx)
+		s.store.Close()
+		return nil, err
+	}
 	dashboard, err := s.newUI(cfg, opt, log)
 	if err != nil {
 		_ = s.fleet.Stop(ctx)
@@ -104,6 +111,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
 		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,
+		Gateway: s.gateway,
 	})
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -121,6 +129,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 	if !opt.ManualProbes {
 		s.remote.StartProbing()
 	}
+	s.gateway.StartSweeping()
 	go func() { s.served <- s.http.Serve(s.ln) }()
 	log.Info("mcpfleet ready", "addr", s.ln.Addr().String(), "heartbeat_interval", cfg.HeartbeatInterval.String(),
 		"monitor_interval", cfg.MonitorInterval.String())
@@ -147,6 +156,10 @@ func (s *Service) Done() <-chan error { return s.served }
 func (s *Service) Close(ctx context.Context) error {
 	s.ready.Store(false)
 	var errs []error
+	// Calls in flight end first (finished, or cancelled and recorded), so no handler waits on one.
+	if err := s.gateway.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.http.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}

@@ -1,0 +1,69 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/gateway"
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+// startGateway narrows the configuration into the tool-call gateway's own, builds it and runs its start
+// sweep (calls a previous process left running are marked interrupted, never re-sent). Calls go out
+// through the MCP client side, so each one stamps the server's last contact and counts as liveness
+// evidence exactly like a connection test or an import.
+func (s *Service) startGateway(ctx context.Context, cfg Config, opt Options, log *slog.Logger) error {
+	clock := opt.Clock
+	if clock == nil {
+		clock = health.RealClock{}
+	}
+	s.gateway = gateway.New(gateway.Config{
+		MaxCallsPerRun: cfg.MaxCallsPerRun, ApprovalWindow: cfg.ApprovalWindow, CallsPerServer: cfg.CallsPerServer,
+		QueueTimeout: cfg.MCPTimeout, RetryAfter: cfg.HeartbeatInterval,
+	}, gateway.Deps{Store: s.store, Caller: s.remote, Clock: clock, Log: log.With("component", "gateway")})
+	return s.gateway.Start(ctx)
+}
+
+// Gateway is the tool-call gateway (tests expire approval windows through it).
+func (s *Service) Gateway() *gateway.Gateway { return s.gateway }
+
+// gatewayFromEnv reads the gateway's settings into c.
+func (c *Config) gatewayFromEnv(getenv func(string) string) []error {
+	var errs []error
+	num := func(name string, def, lo, hi int, dst *int) {
+		*dst = def
+		if v := getenv(name); v != "" {
+			if _, err := fmt.Sscan(v, dst); err != nil || *dst < lo || *dst > hi {
+				errs = append(errs, fmt.Errorf("%s=%q: want a number from %d to %d", name, v, lo, hi))
+			}
+		}
+	}
+	num("MCPFLEET_MAX_CALLS_PER_RUN", gateway.DefaultMaxCallsPerRun, 1, gateway.MaxCallsPerRunLimit, &c.MaxCallsPerRun)
+	num("MCPFLEET_CALLS_PER_SERVER", gateway.DefaultCallsPerServer, 1, 1000, &c.CallsPerServer)
+	c.ApprovalWindow = gateway.DefaultApprovalWindow
+	if v := getenv("MCPFLEET_APPROVAL_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_APPROVAL_WINDOW=%q is not a duration (like 15m)", v))
+		}
+		c.ApprovalWindow = d
+	}
+	return errs
+}
+
+// validateGateway checks the gateway's settings (zero takes the default).
+func (c Config) validateGateway() []error {
+	var errs []error
+	if c.MaxCallsPerRun < 0 || c.MaxCallsPerRun > gateway.MaxCallsPerRunLimit {
+		errs = append(errs, fmt.Errorf("MCPFLEET_MAX_CALLS_PER_RUN=%d: want 1 to %d", c.MaxCallsPerRun, gateway.MaxCallsPerRunLimit))
+	}
+	if c.CallsPerServer < 0 || c.CallsPerServer > 1000 {
+		errs = append(errs, fmt.Errorf("MCPFLEET_CALLS_PER_SERVER=%d: want 1 to 1000", c.CallsPerServer))
+	}
+	if c.ApprovalWindow != 0 && (c.ApprovalWindow < time.Second || c.ApprovalWindow > 7*24*time.Hour) {
+		errs = append(errs, fmt.Errorf("MCPFLEET_APPROVAL_WINDOW=%s: want 1s to 168h", c.ApprovalWindow))
+	}
+	return errs
+}
