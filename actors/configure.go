@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +40,8 @@ type ConfigureRequest struct {
 }
 
 type configureMsg struct {
-	req ConfigureRequest
+	req      ConfigureRequest
+	deadline time.Time
 }
 
 type configureReply struct {
@@ -54,7 +57,7 @@ func (f *Fleet) Configure(ctx context.Context, req ConfigureRequest) (persistenc
 	if req.ServerID == uuid.Nil || req.TenantID == uuid.Nil {
 		return persistence.Server{}, errors.New("configure: server and tenant ids are required")
 	}
-	res, err := f.ask(ctx, f.fleet, &configureMsg{req: req})
+	res, err := f.ask(ctx, f.fleet, &configureMsg{req: req, deadline: f.writeDeadline()})
 	if err != nil {
 		return persistence.Server{}, err
 	}
@@ -113,7 +116,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 		EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
 		Version: msg.req.Version, Config: msg.req.Config, TraceID: carrier.TraceID(), At: now.UTC(),
 	}
-	a.persist(ctx, cmd, nil, carrier, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
 		if err != nil {
 			if errors.Is(err, persistence.ErrConflict) {

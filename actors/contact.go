@@ -18,6 +18,7 @@ import (
 type contactMsg struct {
 	tenantID uuid.UUID
 	trace    telemetry.Carrier
+	deadline time.Time
 }
 
 type contactReply struct {
@@ -31,7 +32,7 @@ type contactReply struct {
 // cascade), before it returns. It does not touch last_heartbeat_at — a contact is not a heartbeat — and
 // it never revives a deregistered server (ErrDeregistered). It returns the server's status.
 func (f *Fleet) Contact(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (health.Status, error) {
-	res, err := f.askServer(ctx, tenantID, serverID, &contactMsg{tenantID: tenantID, trace: trc})
+	res, err := f.askServer(ctx, tenantID, serverID, &contactMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline()})
 	if err != nil {
 		return "", err
 	}
@@ -66,7 +67,7 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.recover", trace.WithAttributes(
 		append(a.transitionAttrs(rec.row.Status, health.Healthy), attribute.String("mcpfleet.evidence", "contact"))...))
 	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
-	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
 		if err != nil {
 			ctx.Send(sender, &contactReply{err: mapWriteErr(err)})

@@ -51,8 +51,12 @@ type HeartbeatResult struct {
 
 // --- messages between actors (all pointers; all carry the trace context of their cause) ---
 
+// Messages that may lead to a durable write carry the caller's deadline: past it the caller has been
+// told 503 "nothing was recorded", so the write must not start, and the writer must not commit it.
+
 type registerMsg struct {
-	req RegisterRequest
+	req      RegisterRequest
+	deadline time.Time
 }
 
 type registerReply struct {
@@ -63,6 +67,7 @@ type registerReply struct {
 type heartbeatMsg struct {
 	tenantID uuid.UUID
 	trace    telemetry.Carrier
+	deadline time.Time
 }
 
 type heartbeatReply struct {
@@ -73,6 +78,7 @@ type heartbeatReply struct {
 type deregisterMsg struct {
 	tenantID uuid.UUID
 	trace    telemetry.Carrier
+	deadline time.Time
 }
 
 type deregisterReply struct {

@@ -98,6 +98,12 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
 			return
 		}
+		// The heartbeat is evidence the moment it arrives, even if answering it must wait behind a
+		// write in flight: a monitor check queued meanwhile must not judge the server on older evidence.
+		if a.rec.row.Status != health.Deregistered && now.After(a.rec.lastEvidence) {
+			a.rec.lastEvidence = now
+			a.rec.stallAtEvidence = a.deps.stall.now()
+		}
 		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now, span) },
 			func(ctx actor.Context) {
 				endSpan(span, ErrUnavailable)
@@ -144,10 +150,19 @@ func (a *serverActor) idle(ctx actor.Context) {
 
 // persist sends one command to the writer and, after COMMIT (or failure), calls done in the actor.
 // If cascade is not nil, a committed command is followed by the skill cascade before done is called.
-func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascade *bool, trc telemetry.Carrier, done func(ctx actor.Context, err error)) {
+//
+// deadline is the caller's (zero for the monitor's own writes: now + the write timeout). A write whose
+// deadline has passed is not started: its caller was already told nothing was recorded.
+func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascade *bool, trc telemetry.Carrier, deadline time.Time, done func(ctx actor.Context, err error)) {
+	if deadline.IsZero() {
+		deadline = time.Now().Add(a.deps.writeTimeout)
+	}
+	if !time.Now().Before(deadline) {
+		done(ctx, fmt.Errorf("%w: the caller's deadline passed before the write could start", ErrUnavailable))
+		return
+	}
 	a.busy = true
-	deadline := time.Now().Add(a.deps.writeTimeout)
-	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: deadline, trace: trc}, a.deps.writeTimeout+2*time.Second)
+	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: deadline, trace: trc}, time.Until(deadline)+2*time.Second)
 	ctx.ReenterAfter(fut, func(res any, err error) {
 		if err == nil {
 			if wr, ok := res.(*writeResult); ok {
@@ -195,7 +210,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			Tools: msg.req.Tools, Endpoint: msg.req.Endpoint, TraceID: traceID, At: now.UTC(),
 		}
 		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
-		a.persist(ctx, cmd, nil, carrier, func(ctx actor.Context, err error) {
+		a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {
 			defer endSpan(span, err)
 			if err != nil {
 				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
@@ -261,7 +276,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	_, span := a.deps.tracer.Start(hbc.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Healthy)...))
 	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
 	cmd.Evidence = &wall
-	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		endSpan(span, err)
 		defer endSpan(hb, err)
 		if err != nil {
@@ -283,7 +298,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 	now := a.deps.clock.Now()
 	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Deregistered)...))
 	cmd := a.transitionCmd(health.Deregistered, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
-	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		defer endSpan(span, err)
 		if err != nil {
 			ctx.Send(sender, &deregisterReply{err: mapWriteErr(err)})
@@ -356,7 +371,7 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 		a.alertFor(cmd)
 	}
 	rec.pending = cmd
-	a.persist(ctx, cmd, cascadeFor(cmd), carrier, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, cascadeFor(cmd), carrier, time.Time{}, func(ctx actor.Context, err error) {
 		defer span.End()
 		defer round.done()
 		if err != nil {

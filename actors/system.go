@@ -296,7 +296,7 @@ func (f *Fleet) ReadyAt() time.Time { return f.readyAt }
 
 // Register registers or re-registers a module. It returns after the registration committed.
 func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
-	res, err := f.ask(ctx, f.fleet, &registerMsg{req: req})
+	res, err := f.ask(ctx, f.fleet, &registerMsg{req: req, deadline: f.writeDeadline()})
 	if err != nil {
 		return RegisterResult{}, err
 	}
@@ -307,7 +307,7 @@ func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResu
 // Heartbeat accepts a heartbeat for serverID from tenantID. A server that was not healthy is recovered,
 // durably, before it returns.
 func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (HeartbeatResult, error) {
-	res, err := f.askServer(ctx, tenantID, serverID, &heartbeatMsg{tenantID: tenantID, trace: trc})
+	res, err := f.askServer(ctx, tenantID, serverID, &heartbeatMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline()})
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -317,13 +317,17 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 
 // Deregister marks serverID deregistered and its skills unavailable, durably, before it returns.
 func (f *Fleet) Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error) {
-	res, err := f.askServer(ctx, tenantID, serverID, &deregisterMsg{tenantID: tenantID, trace: trc})
+	res, err := f.askServer(ctx, tenantID, serverID, &deregisterMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline()})
 	if err != nil {
 		return persistence.Server{}, err
 	}
 	r := res.(*deregisterReply)
 	return r.server, r.err
 }
+
+// writeDeadline is the deadline of a caller's durable write: the caller waits a little longer than
+// this for the answer, so a write is either committed before the caller is answered or never.
+func (f *Fleet) writeDeadline() time.Time { return time.Now().Add(f.cfg.WriteTimeout) }
 
 func (f *Fleet) serverPID(serverID uuid.UUID) *actor.PID {
 	return actor.NewPID(f.system.Address(), f.fleet.Id+"/"+serverID.String())

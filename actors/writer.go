@@ -124,7 +124,19 @@ func (w *writer) maybeFlush(ctx actor.Context) {
 func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 	backoff := w.cfg.retryBackoff
 	for len(batch) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.commitTimeout)
+		// A request whose deadline passed was answered 503 "nothing was recorded" by its caller: it must
+		// not be committed now. The transaction may not outlive the earliest deadline it carries.
+		batch = w.expire(system, batch, time.Now())
+		if len(batch) == 0 {
+			return
+		}
+		earliest := time.Now().Add(w.cfg.commitTimeout)
+		for _, q := range batch {
+			if !q.req.deadline.IsZero() && q.req.deadline.Before(earliest) {
+				earliest = q.req.deadline
+			}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), earliest)
 		ctx, span, cmds := w.cfg.tel.startFlush(ctx, batch)
 		start := time.Now()
 		errs := w.store.Commit(ctx, cmds)
@@ -155,6 +167,20 @@ func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 		}
 		batch = retry
 	}
+}
+
+// expire answers the requests of batch whose deadline is not after now with ErrUnavailable and returns
+// the others.
+func (w *writer) expire(system *actor.ActorSystem, batch []queuedWrite, now time.Time) []queuedWrite {
+	kept := batch[:0]
+	for _, q := range batch {
+		if q.req.deadline.IsZero() || now.Before(q.req.deadline) {
+			kept = append(kept, q)
+			continue
+		}
+		system.Root.Send(q.sender, &writeResult{errs: repeatErr(len(q.req.cmds), fmt.Errorf("%w: deadline passed before commit", ErrUnavailable))})
+	}
+	return kept
 }
 
 func firstErr(errs []error) error {

@@ -17,12 +17,14 @@ type keyLookup interface {
 }
 
 // authenticator checks bearer keys. It caches answers (positive for posTTL, negative for negTTL) so the
-// heartbeat path costs one SHA-256 and one map lookup; a revoked key stops working within posTTL.
+// heartbeat path costs one SHA-256 and one map lookup; a revoked key stops working within posTTL. While
+// the database cannot be asked, a key it last confirmed stays trusted (stale-if-error).
 type authenticator struct {
 	lookup  keyLookup
 	posTTL  time.Duration
 	negTTL  time.Duration
 	maxSize int
+	now     func() time.Time
 
 	mu    sync.RWMutex
 	cache map[[32]byte]authEntry
@@ -35,7 +37,7 @@ type authEntry struct {
 }
 
 func newAuthenticator(lookup keyLookup) *authenticator {
-	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, maxSize: 100000, cache: map[[32]byte]authEntry{}}
+	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, maxSize: 100000, now: time.Now, cache: map[[32]byte]authEntry{}}
 }
 
 var errNoKey = errors.New("no key")
@@ -53,7 +55,7 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 	}
 	var hk [32]byte
 	copy(hk[:], persistence.HashAPIKey(key))
-	now := time.Now()
+	now := a.now()
 	a.mu.RLock()
 	e, hit := a.cache[hk]
 	a.mu.RUnlock()
@@ -62,6 +64,10 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 		switch {
 		case errors.Is(err, persistence.ErrNotFound):
 			e = authEntry{ok: false, expires: now.Add(a.negTTL)}
+		case err != nil && hit && e.ok:
+			// The database cannot answer: keep trusting what it last said about this key, so a database
+			// outage does not stop heartbeats (a key revoked meanwhile works until the database is back).
+			e.expires = now.Add(a.negTTL)
 		case err != nil:
 			return persistence.Principal{}, unavailable("the API key could not be checked right now", 2*time.Second, err)
 		default:

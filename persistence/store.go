@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,12 +34,15 @@ var (
 type Options struct {
 	MaxConns int32           // default 8
 	Tracer   pgx.QueryTracer // optional, e.g. an OpenTelemetry tracer
-	AppName  string          // application_name reported to the server
+	// AppName prefixes the application_name reported to the server; each Store adds "#<random>" so
+	// that WaitForPredecessors can tell its own sessions from an earlier process's.
+	AppName string
 }
 
 // Store is the runtime store. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	appName string // the full application_name of this store's sessions; "" when none was asked for
 }
 
 // Open connects a pool to databaseURL. It does not check the role; see CheckRuntimeRole.
@@ -53,8 +57,10 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	}
 	cfg.MaxConnIdleTime = 5 * time.Minute
 	cfg.HealthCheckPeriod = 5 * time.Second
+	var appName string
 	if opt.AppName != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = opt.AppName
+		appName = opt.AppName + "#" + uuid.NewString()[:8]
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
 	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if opt.Tracer != nil {
@@ -64,7 +70,7 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, appName: appName}, nil
 }
 
 // redactParseError keeps a URL parse error from echoing a password.
@@ -74,6 +80,36 @@ func redactParseError(err error) string {
 		return "invalid connection string"
 	}
 	return "invalid connection string"
+}
+
+// WaitForPredecessors waits, up to maxWait, until no session of an earlier process of this service
+// (same role, same database, same application name prefix, another suffix) is left. A process killed
+// with -9 may have a COMMIT still landing; the fleet must not be loaded from the database before it
+// has, or a transition it committed would be decided a second time. It reports how many sessions were
+// still there when it gave up (0 when none).
+func (s *Store) WaitForPredecessors(ctx context.Context, maxWait time.Duration) (int, error) {
+	if s.appName == "" {
+		return 0, nil
+	}
+	prefix, _, _ := strings.Cut(s.appName, "#")
+	deadline := time.Now().Add(maxWait)
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND usename = current_user
+			  AND application_name LIKE $1 || '#%' AND application_name <> $2`, prefix, s.appName).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("wait for predecessors: %w", err)
+		}
+		if n == 0 || !time.Now().Before(deadline) {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Close closes the pool.

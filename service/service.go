@@ -85,6 +85,12 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		s.store.Close()
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
+	// A previous process killed mid-commit may still have sessions finishing: load the fleet after them.
+	if n, err := s.store.WaitForPredecessors(ctx, 10*time.Second); err != nil {
+		log.Warn("could not check for a previous process's sessions", "err", err)
+	} else if n > 0 {
+		log.Warn("a previous process's sessions are still open after 10s; loading the fleet anyway", "sessions", n)
+	}
 	s.fleet, err = actors.Start(ctx, actors.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: cfg.MonitorInterval, ManualMonitor: opt.ManualMonitor, StampFlushInterval: cfg.StampFlushInterval,
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
