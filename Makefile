@@ -4,7 +4,7 @@ BIN       := bin
 PKGS      := ./...
 TEST_TAGS := chaos
 
-.PHONY: run build test test-short test-race lint vuln bench chaos fuzz clean
+.PHONY: run build test test-short test-race lint vuln bench chaos chaos-short fuzz clean
 
 ## run: the whole thing on an embedded default — PostgreSQL found or started, demo tenant, demo MCP servers
 run:
@@ -39,6 +39,16 @@ vuln:
 ## bench: the load benchmark (100,000 modules at H = 10 s); writes bench/REPORT.md
 bench: build
 	./bench/run.sh
+
+## chaos: the out-of-process chaos suite, full schedule (~7 min): the real binary, a private PostgreSQL,
+## kill -9, PostgreSQL stopped and restarted, SIGSTOP, actor kills, dropped heartbeats; exits 1 on any violation
+chaos:
+	$(GO) build -tags chaos -o $(BIN)/mcpfleet-chaos-target ./cmd/mcpfleet
+	$(GO) run ./cmd/mcpfleet-chaos -schedule full -binary $(BIN)/mcpfleet-chaos-target
+
+## chaos-short: the short schedule that `make test` runs (~2 min)
+chaos-short:
+	$(GO) test -count=1 -run TestChaosShort -v ./chaos
 
 ## fuzz: run each fuzz target for a while (the committed corpus runs in every `make test`)
 fuzz:
