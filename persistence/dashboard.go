@@ -310,3 +310,23 @@ func (s *Store) ServerHistory(ctx context.Context, tenantID, serverID uuid.UUID,
 	}
 	return out, nil
 }
+
+// RecentRunEvents returns the newest limit run events of tenantID, newest first: of one server, or of
+// every server when serverID is uuid.Nil (the dashboard's list of recent calls).
+func (s *Store) RecentRunEvents(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]RunEvent, error) {
+	var out []RunEvent
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+runEventColumns+` FROM mcp_run_events
+			WHERE $1 = '00000000-0000-0000-0000-000000000000'::uuid OR server_id = $1
+			ORDER BY event_id DESC LIMIT $2`, serverID, limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunEvent, error) { return scanRunEvent(r) })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recent run events: %w", err)
+	}
+	return out, nil
+}

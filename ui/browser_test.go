@@ -414,6 +414,32 @@ func TestServerCard(t *testing.T) {
 	if got := b.text(`tr[data-skill="echo"] td[data-label="Callable"]`); got != "Yes" {
 		t.Fatalf("echo callable: %q", got)
 	}
+	// Approve a call parked by the gateway (the server requires approval, as every new one does), and
+	// deny another: both through the card, against the real gateway.
+	skill := skillID(t, e, id, "echo")
+	approveCall := e.parkCall(skill, `{"text":"<b>approved</b>"}`)
+	denyCall := e.parkCall(skill, `{"text":"denied"}`)
+	b.navigate("reload the card", chromedp.Navigate(base+"/ui/servers/"+id))
+	if got := b.text(`tr[data-call-id="` + approveCall + `"] td[data-label="Arguments"]`); got != `{"text": "<b>approved</b>"}` && got != `{"text":"<b>approved</b>"}` {
+		t.Fatalf("parked call arguments shown as %q", got)
+	}
+	b.navigate("approve", chromedp.Click(chromedp.CSS(`form[action="/ui/calls/`+approveCall+`/approve"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "Call approved; it is now succeeded.") {
+		t.Fatalf("after approving: %q", got)
+	}
+	b.navigate("deny", chromedp.Click(chromedp.CSS(`form[action="/ui/calls/`+denyCall+`/deny"] button`)))
+	if got := b.text(".flash"); !strings.Contains(got, "Call denied (denied)") {
+		t.Fatalf("after denying: %q", got)
+	}
+	if got := b.text("#approvals"); !strings.Contains(got, "No call is awaiting approval") {
+		t.Fatalf("approvals after both decisions: %q", got)
+	}
+	if got := b.text("#calls"); !strings.Contains(got, "call.succeeded") || !strings.Contains(got, "call.failed") {
+		t.Fatalf("recent calls: %q", got)
+	}
+	if st, m := e.api("GET", "/v1/mcp/calls/"+approveCall, e.keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["state"] != "succeeded" {
+		t.Fatalf("the approved call through the API: %d %v", st, m)
+	}
 	b.screenshot("ui-card-tools.png")
 	b.do("emulate 360 px", chromedp.EmulateViewport(360, 800))
 	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {

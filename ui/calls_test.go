@@ -42,19 +42,22 @@ func (f *fakeCalls) AwaitingApproval(_ context.Context, _, serverID uuid.UUID, _
 	return out, nil
 }
 
-func (f *fakeCalls) Decide(_ context.Context, p persistence.Principal, callID uuid.UUID, approve bool) error {
+func (f *fakeCalls) Decide(_ context.Context, p persistence.Principal, callID uuid.UUID, approve bool) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, done := f.decided[callID]; done {
-		return ui.ErrNotParked
+		return "", ui.ErrNotParked
 	}
 	for _, c := range f.parked {
 		if c.CallID == callID {
 			f.decided[callID], f.by[callID] = approve, p
-			return nil
+			if approve {
+				return "running", nil
+			}
+			return "denied", nil
 		}
 	}
-	return persistence.ErrNotFound
+	return "", persistence.ErrNotFound
 }
 
 func (f *fakeCalls) RecentEvents(_ context.Context, _, _ uuid.UUID, _ int) ([]ui.CallEvent, error) {

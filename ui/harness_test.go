@@ -205,3 +205,32 @@ func artifactDir(t testing.TB) string {
 }
 
 func newLoopbackListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// parkCall asks the gateway for a call of skill with arguments (JSON) by the admin key, and returns
+// its call_id; the server requires approval, so the call is parked.
+func (e *env) parkCall(skill, arguments string) string {
+	e.t.Helper()
+	st, m := e.api("POST", "/v1/mcp/calls", e.keys[persistence.RoleAdmin], map[string]any{
+		"run_id": "run-1", "skill_id": skill, "arguments": json.RawMessage(arguments),
+	})
+	if st != http.StatusAccepted || m["state"] != "awaiting_approval" {
+		e.t.Fatalf("park a call: %d %v", st, m)
+	}
+	return m["call_id"].(string)
+}
+
+// skillID returns the skill_id of tool on server.
+func skillID(t testing.TB, e *env, server, tool string) string {
+	t.Helper()
+	st, m := e.api("GET", "/v1/mcp/servers/"+server+"/skills", e.keys[persistence.RoleOperator], nil)
+	if st != http.StatusOK {
+		t.Fatalf("skills: %d %v", st, m)
+	}
+	for _, k := range m["skills"].([]any) {
+		if k := k.(map[string]any); k["name"] == tool {
+			return k["skill_id"].(string)
+		}
+	}
+	t.Fatalf("no skill %s on %s", tool, server)
+	return ""
+}

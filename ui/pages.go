@@ -673,7 +673,7 @@ func (u *UI) decide(approve bool) func(*gin.Context, *session) {
 			ret = "/ui/"
 		}
 		ctx := c.Request.Context()
-		err = u.deps.Calls.Decide(ctx, s.p, id, approve)
+		state, err := u.deps.Calls.Decide(ctx, s.p, id, approve)
 		scope := strings.TrimPrefix(strings.TrimPrefix(ret, "/ui/"), "servers/")
 		switch {
 		case errors.Is(err, ErrNotParked):
@@ -686,9 +686,9 @@ func (u *UI) decide(approve bool) func(*gin.Context, *session) {
 			u.fail(c, s, status, msg, err)
 			return
 		case approve:
-			u.flashes.put(s, scope, flash{Notice: "Call approved: it runs now."})
+			u.flashes.put(s, scope, flash{Notice: "Call approved; it is now " + state + "."})
 		default:
-			u.flashes.put(s, scope, flash{Notice: "Call denied: the run receives a failed tool result."})
+			u.flashes.put(s, scope, flash{Notice: "Call denied (" + state + "): the run receives a failed tool result."})
 		}
 		c.Redirect(http.StatusSeeOther, ret)
 	}

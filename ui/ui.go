@@ -75,16 +75,16 @@ var (
 // administrator's verdict on one, and the recent call events. The dashboard shows its approvals and
 // call sections only when Deps.Calls is set.
 //
-// ISSUE 4 SLOTS IN HERE: implement Calls over the gateway and pass it as ui.Deps.Calls in
-// service/service.go; the templates (overview.html, card.html) and the routes already use it.
+// service/uicalls.go implements it over the gateway (package gateway).
 type Calls interface {
 	// AwaitingApproval lists calls of tenantID parked for approval, oldest first: of one server, or of
 	// every server when serverID is uuid.Nil.
 	AwaitingApproval(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]ParkedCall, error)
-	// Decide approves (approve true) or denies a parked call on behalf of p, an administrator. It
+	// Decide approves (approve true) or denies a parked call on behalf of p, an administrator, and
+	// returns the call's state after it (an approved call runs: its state may already be final). It
 	// returns persistence.ErrNotFound for a call of another tenant or none, and ErrNotParked for one
-	// that is no longer awaiting approval.
-	Decide(ctx context.Context, p persistence.Principal, callID uuid.UUID, approve bool) error
+	// that is no longer awaiting approval (decided, cancelled, or its approval window closed).
+	Decide(ctx context.Context, p persistence.Principal, callID uuid.UUID, approve bool) (string, error)
 	// RecentEvents lists the newest call events of tenantID, newest first: of one server, or of every
 	// server when serverID is uuid.Nil.
 	RecentEvents(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]CallEvent, error)
