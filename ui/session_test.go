@@ -100,6 +100,9 @@ func TestSessionsAndCSRF(t *testing.T) {
 	if st, _, _ := anon.post("/ui/sign-in", url.Values{"api_key": {e.keys[persistence.RoleAdmin]}}); st != http.StatusForbidden {
 		t.Fatalf("sign-in without the form's token: %d", st)
 	}
+	if st, loc := getStatus(t, anon, "/ui"); st != http.StatusMovedPermanently || loc != "/ui/" {
+		t.Fatalf("/ui: %d → %q", st, loc)
+	}
 	if st, loc := getStatus(t, anon, "/ui/servers/"+id); st != http.StatusSeeOther || loc != "/ui/" {
 		t.Fatalf("a card without a session: %d → %q", st, loc)
 	}

@@ -227,6 +227,7 @@ func (u *UI) parseTemplates() error {
 // Mount registers the dashboard's routes under /ui/.
 func (u *UI) Mount(r gin.IRouter) {
 	g := r.Group("/ui", u.headers())
+	r.GET("/ui", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/ui/") })
 	g.GET("/", u.index)
 	g.POST("/sign-in", u.signIn)
 	g.POST("/sign-out", u.withSession(anyRole, u.signOut))
