@@ -106,7 +106,7 @@ func (s *Server) Handler() http.Handler {
 		r.Use(s.traceparentOut())
 	}
 	r.NoRoute(func(c *gin.Context) {
-		writeProblem(c.Writer, problem(http.StatusNotFound, "no_route", "there is no such endpoint; see /openapi.json"))
+		writeProblem(c.Writer, problem(http.StatusNotFound, "no_route", "there is no such endpoint: the API is described in the README"))
 	})
 	r.NoMethod(func(c *gin.Context) {
 		writeProblem(c.Writer, problem(http.StatusMethodNotAllowed, "method_not_allowed", "this endpoint does not take "+c.Request.Method))
