@@ -91,7 +91,7 @@ func calendarTools(ms *mcp.Server) []fleetclient.Tool {
 				"title": {"type": "string", "description": "What the event is."},
 				"date": {"type": "string", "description": "Day, YYYY-MM-DD."},
 				"time": {"type": "string", "description": "Start, HH:MM (24-hour). Default 09:00."},
-				"duration_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Length in minutes. Default 30."}
+				"duration_minutes": {"type": "integer", "description": "Length in minutes, 1 to 1440. Default 30."}
 			},
 			"required": ["title", "date"],
 			"additionalProperties": false
@@ -141,6 +141,9 @@ func (st *calendarStore) create(_ context.Context, in createEventIn) (string, er
 	if minutes == 0 {
 		minutes = 30
 	}
+	if minutes < 1 || minutes > 1440 {
+		return "", fmt.Errorf("duration_minutes must be 1 to 1440, got %d", minutes)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.events = append(st.events, calendarEvent{title: title, date: in.Date, at: at, minutes: minutes})
@@ -161,7 +164,7 @@ func weatherTools(ms *mcp.Server) []fleetclient.Tool {
 			"type": "object",
 			"properties": {
 				"city": {"type": "string", "description": "City name, e.g. Berlin."},
-				"days": {"type": "integer", "minimum": 1, "maximum": 7, "description": "How many days, from today. Default 3."}
+				"days": {"type": "integer", "description": "How many days from today, 1 to 7. Default 3."}
 			},
 			"required": ["city"],
 			"additionalProperties": false
@@ -233,7 +236,7 @@ func notesTools(ms *mcp.Server) []fleetclient.Tool {
 			"type": "object",
 			"properties": {
 				"query": {"type": "string", "description": "Words to look for (case-insensitive)."},
-				"limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "Most notes to return. Default 5."}
+				"limit": {"type": "integer", "description": "Most notes to return, 1 to 20. Default 5."}
 			},
 			"required": ["query"],
 			"additionalProperties": false
@@ -258,6 +261,9 @@ func (st *notesStore) search(_ context.Context, in searchNotesIn) (string, error
 	limit := in.Limit
 	if limit == 0 {
 		limit = 5
+	}
+	if limit < 1 || limit > 20 {
+		return "", fmt.Errorf("limit must be 1 to 20, got %d", limit)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

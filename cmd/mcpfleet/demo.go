@@ -172,6 +172,7 @@ func printBanner(w io.Writer, base, tenant string, keys map[persistence.Role]per
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p("")
 	p("mcpfleet demo is running at %s   (PostgreSQL: %s; service log: %s)", base, pgKind, logPath)
+	p("Dashboard: %s/ui/   (sign in with the admin or the operator key below)", base)
 	p("H = %s, monitor every %s: a server is degraded after %s of silence and unhealthy after %s.",
 		cfg.HeartbeatInterval, cfg.MonitorInterval, 2*cfg.HeartbeatInterval, 3*cfg.HeartbeatInterval)
 	p("")
