@@ -36,8 +36,10 @@ type serverRecord struct {
 	lastHeartbeatTrace telemetry.Carrier
 
 	// pending is a monitor transition that was decided but not yet committed; a later decision of the
-	// same change reuses its event id, so a commit whose answer was lost is never written twice.
-	pending *persistence.TransitionCmd
+	// same change, on the same evidence, reuses its event id, so a commit whose answer was lost is never
+	// written twice. New evidence makes it stale: a decision on older evidence is never resurrected.
+	pending         *persistence.TransitionCmd
+	pendingEvidence time.Time
 }
 
 // serverDeps is what every server actor needs.
@@ -365,12 +367,12 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 	cmd := a.transitionCmd(to, carrier, now)
 	cmd.EventID = eventID // derived into the span's id: see startTransitionSpan
-	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To {
+	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To && rec.pendingEvidence.Equal(rec.lastEvidence) {
 		cmd = p // same decision as one whose commit answer was lost: same event id, idempotent
 	} else {
 		a.alertFor(cmd)
 	}
-	rec.pending = cmd
+	rec.pending, rec.pendingEvidence = cmd, rec.lastEvidence
 	a.persist(ctx, cmd, cascadeFor(cmd), carrier, time.Time{}, func(ctx actor.Context, err error) {
 		defer span.End()
 		defer round.done()
