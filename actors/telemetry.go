@@ -93,14 +93,15 @@ func (a *serverActor) startTransitionSpan(to health.Status, lag time.Duration, l
 		trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", lag.Milliseconds()))}
 	if p := rec.pending; p != nil && p.From == rec.row.Status && p.To == to {
 		if pc := telemetry.EventCarrier(p.TraceID, p.EventID); pc.SpanContext.IsValid() {
-			_, span := a.deps.tracer.Start(pc.Context(), "server.transition",
+			_, span := a.deps.tracer.Start(pc.Context(), telemetry.AlwaysSampledSpan,
 				append(opts, trace.WithAttributes(attribute.Bool("mcpfleet.retry", true)))...)
 			return span, p.EventID
 		}
 	}
 	id := uuid.New()
+	// A root: the background context has no parent (trace.WithNewRoot would defeat WithSpanID).
 	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(id))
-	_, span := a.deps.tracer.Start(ctx, "server.transition", append(opts, trace.WithNewRoot())...)
+	_, span := a.deps.tracer.Start(ctx, telemetry.AlwaysSampledSpan, opts...)
 	return span, id
 }
 

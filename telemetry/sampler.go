@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -13,19 +14,23 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// AlwaysSampledSpans names the root spans that are sampled whatever the ratio: each is rare (at most
-// one per server and change of status) and its trace id is written into an audit event and an
-// alert, where an operator will look it up.
-var AlwaysSampledSpans = map[string]bool{"server.transition": true}
+// AlwaysSampledSpan names the root span that is sampled whatever the ratio: it is rare (at most one per
+// server and change of status) and its trace id is written into an audit event and an alert, where an
+// operator will look it up.
+const AlwaysSampledSpan = "server.transition"
 
 // NewSampler returns the sampler named as OTEL_TRACES_SAMPLER names it (always_on, always_off,
 // traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio; "" is
-// parentbased_always_on), with arg as OTEL_TRACES_SAMPLER_ARG (the ratio, default 1), wrapped so that
-// two kinds of root span are kept although the ratio would drop them (unless the sampler is one of the
-// always_off ones):
-//   - a span named in AlwaysSampledSpans;
+// parentbased_always_on), with arg as OTEL_TRACES_SAMPLER_ARG (the ratio, default 1). It decides as
+// the SDK's samplers of those names do, and in addition keeps two kinds of root span that the ratio
+// would drop (unless the sampler is one of the always_off ones):
+//   - a span named AlwaysSampledSpan;
 //   - a root span with a link to a sampled span — a batch flush that carries a sampled heartbeat, so
 //     the link from that heartbeat's trace leads somewhere.
+//
+// It is one flat function rather than the SDK's samplers wrapped in one another: spans are started on
+// actor goroutines whose stacks start small, and each extra sampler frame there made the runtime grow
+// (copy) the stack of a good share of heartbeats.
 func NewSampler(name, arg string) (sdktrace.Sampler, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
 	arg = strings.TrimSpace(arg)
@@ -37,44 +42,67 @@ func NewSampler(name, arg string) (sdktrace.Sampler, error) {
 		}
 		ratio = v
 	}
+	s := &sampler{}
+	var sdk sdktrace.Sampler // the SDK's sampler of that name, for the description
 	switch name {
 	case "", "parentbased_always_on":
-		return keepSampler{sdktrace.ParentBased(sdktrace.AlwaysSample())}, nil
+		s.parent, s.bound, sdk = true, math.MaxUint64, sdktrace.ParentBased(sdktrace.AlwaysSample())
 	case "always_on":
-		return keepSampler{sdktrace.AlwaysSample()}, nil
+		s.bound, sdk = math.MaxUint64, sdktrace.AlwaysSample()
 	case "traceidratio":
-		return keepSampler{sdktrace.TraceIDRatioBased(ratio)}, nil
+		s.bound, sdk = ratioBound(ratio), sdktrace.TraceIDRatioBased(ratio)
 	case "parentbased_traceidratio":
-		return keepSampler{sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))}, nil
+		s.parent, s.bound, sdk = true, ratioBound(ratio), sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
 	case "always_off":
 		return sdktrace.NeverSample(), nil
 	case "parentbased_always_off":
 		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
 	}
-	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
+	s.desc = "KeepTransitionsAndLinked{" + sdk.Description() + "}"
+	return s, nil
 }
 
-// keepSampler is NewSampler's wrapper. It looks at links only for root spans, and at most at
-// MaxLinks of them, so its cost on the hot path (child spans) is one branch.
-type keepSampler struct{ base sdktrace.Sampler }
+// ratioBound is the SDK's TraceIDRatioBased threshold: a root is sampled when the low 63 bits of the
+// trace id's second half are below it; MaxUint64 samples everything.
+func ratioBound(ratio float64) uint64 {
+	if ratio >= 1 {
+		return math.MaxUint64
+	}
+	return uint64(ratio * (1 << 63))
+}
 
-func (s keepSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
-	if !trace.SpanContextFromContext(p.ParentContext).IsValid() {
-		keep := AlwaysSampledSpans[p.Name]
+type sampler struct {
+	parent bool   // follow a valid parent's decision
+	bound  uint64 // roots: sample when the trace id's key is below it
+	desc   string
+}
+
+func (s *sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	psc := trace.SpanContextFromContext(p.ParentContext)
+	if s.parent && psc.IsValid() {
+		if psc.IsSampled() {
+			return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: psc.TraceState()}
+		}
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop, Tracestate: psc.TraceState()}
+	}
+	if s.bound == math.MaxUint64 || binary.BigEndian.Uint64(p.TraceID[8:16])>>1 < s.bound {
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: psc.TraceState()}
+	}
+	if !psc.IsValid() {
+		keep := p.Name == AlwaysSampledSpan
 		for i := 0; i < len(p.Links) && i < MaxLinks && !keep; i++ {
 			keep = p.Links[i].SpanContext.IsSampled()
 		}
 		if keep {
-			return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample,
-				Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+			return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
 		}
 	}
-	return s.base.ShouldSample(p)
+	return sdktrace.SamplingResult{Decision: sdktrace.Drop, Tracestate: psc.TraceState()}
 }
 
-func (s keepSampler) Description() string {
-	return "KeepTransitionsAndLinked{" + s.base.Description() + "}"
-}
+func (s *sampler) Description() string { return s.desc }
 
 // MaxLinks bounds the span links of one batch span (a writer or stamper flush): a flush carrying more
 // sampled requests links the first MaxLinks and counts the rest in the attribute
@@ -105,17 +133,21 @@ func (b *BatchLinks) Add(c Carrier) {
 // the span of the transition that caused it as its parent: both derive the id from the event id.
 type idGenerator struct{}
 
+// fixedSpanID is the context WithSpanID returns. The generator recognises it by a type assertion on
+// the context it is given, not by a lookup through the context chain, so every other span (all of
+// the heartbeat path, under deep request contexts) pays nothing for it.
 type fixedSpanID struct {
+	context.Context
 	id   trace.SpanID
 	used atomic.Bool
 }
 
-type fixedSpanIDKey struct{}
-
-// WithSpanID returns a context in which the next span started gets span id id (once: spans started
-// later from the same context get random ids).
+// WithSpanID returns a context in which the next span started directly from it gets span id id, once.
+// The span must have no parent in ctx and must not be started with trace.WithNewRoot (the SDK would
+// wrap the context before asking for ids); spans started from the context that Start returns, or
+// later from this one, get random ids.
 func WithSpanID(ctx context.Context, id trace.SpanID) context.Context {
-	return context.WithValue(ctx, fixedSpanIDKey{}, &fixedSpanID{id: id})
+	return &fixedSpanID{Context: ctx, id: id}
 }
 
 // SpanIDFor derives a span id from a 16-byte event id (its first 8 bytes; never zero for a UUID v4).
@@ -129,7 +161,7 @@ func SpanIDFor(eventID [16]byte) trace.SpanID {
 }
 
 func (idGenerator) fixed(ctx context.Context) (trace.SpanID, bool) {
-	if f, ok := ctx.Value(fixedSpanIDKey{}).(*fixedSpanID); ok && f.used.CompareAndSwap(false, true) {
+	if f, ok := ctx.(*fixedSpanID); ok && f.used.CompareAndSwap(false, true) {
 		return f.id, true
 	}
 	return trace.SpanID{}, false

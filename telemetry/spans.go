@@ -22,7 +22,7 @@ func (c Carrier) Into(ctx context.Context) context.Context {
 // EventCarrier returns the carrier of the span that recorded an event (a status transition) in trace
 // traceIDHex, whose span id was derived from the event id with WithSpanID(ctx, SpanIDFor(eventID)):
 // the parent for work done later on the event's behalf, such as delivering its alert. It is marked
-// sampled: the spans that record events are always sampled (AlwaysSampledSpans). The zero Carrier if
+// sampled: the spans that record events are always sampled (AlwaysSampledSpan). The zero Carrier if
 // traceIDHex is not a trace id.
 func EventCarrier(traceIDHex string, eventID [16]byte) Carrier {
 	tid, err := trace.TraceIDFromHex(traceIDHex)

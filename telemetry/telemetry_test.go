@@ -2,8 +2,10 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -93,6 +95,39 @@ func TestRatioSamplerKeepsTransitionsAndLinkedBatches(t *testing.T) {
 	}
 }
 
+// The sampler decides as the SDK's sampler of the same name, except for the spans it keeps.
+func TestSamplerAgreesWithTheSDK(t *testing.T) {
+	sdk := map[string]sdktrace.Sampler{
+		"parentbased_always_on":    sdktrace.ParentBased(sdktrace.AlwaysSample()),
+		"always_on":                sdktrace.AlwaysSample(),
+		"traceidratio":             sdktrace.TraceIDRatioBased(0.25),
+		"parentbased_traceidratio": sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25)),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for name, want := range sdk {
+		got, err := telemetry.NewSampler(name, "0.25")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4000 {
+			var tid trace.TraceID
+			binary.BigEndian.PutUint64(tid[:8], rng.Uint64())
+			binary.BigEndian.PutUint64(tid[8:], rng.Uint64())
+			ctx := context.Background()
+			switch i % 3 {
+			case 1: // a sampled remote parent
+				ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled}))
+			case 2: // an unsampled one
+				ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}}))
+			}
+			p := sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: "server.heartbeat"}
+			if g, w := got.ShouldSample(p).Decision, want.ShouldSample(p).Decision; g != w {
+				t.Fatalf("%s, case %d: decided %v, the SDK %v", name, i%3, g, w)
+			}
+		}
+	}
+}
+
 func TestAlwaysOffKeepsNothing(t *testing.T) {
 	tp, _ := newProvider(t, "always_off", "")
 	_, span := tp.Tracer("test").Start(context.Background(), "server.transition")
@@ -109,7 +144,7 @@ func TestWithSpanIDAndEventCarrier(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	event := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(event))
-	ctx, span := tr.Tracer.Start(ctx, "server.transition", trace.WithNewRoot())
+	ctx, span := tr.Tracer.Start(ctx, "server.transition")
 	if got, want := span.SpanContext().SpanID(), telemetry.SpanIDFor(event); got != want {
 		t.Fatalf("span id %s, want %s", got, want)
 	}
