@@ -128,6 +128,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 			}
 			return
 		}
+		a.deps.metrics.ServerStatus("", cmd.Server.Status) // a configured server joins the servers gauge
 		a.rec.registered = true
 		a.rec.row = slim(cmd.Server)
 		a.rec.lastEvidence = now
