@@ -28,9 +28,8 @@ const AlwaysSampledSpan = "server.transition"
 //   - a root span with a link to a sampled span — a batch flush that carries a sampled heartbeat, so
 //     the link from that heartbeat's trace leads somewhere.
 //
-// It is one flat function rather than the SDK's samplers wrapped in one another: spans are started on
-// actor goroutines whose stacks start small, and each extra sampler frame there made the runtime grow
-// (copy) the stack of a good share of heartbeats.
+// It is one flat function rather than the SDK's samplers wrapped in one another, to keep span starts
+// shallow: they run on actor goroutines, whose stacks start small and are copied when they grow.
 func NewSampler(name, arg string) (sdktrace.Sampler, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
 	arg = strings.TrimSpace(arg)
