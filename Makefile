@@ -4,7 +4,7 @@ BIN       := bin
 PKGS      := ./...
 TEST_TAGS := chaos
 
-.PHONY: run build test test-short test-race lint vuln bench chaos chaos-short fuzz clean
+.PHONY: run build test test-short test-race lint vuln bench chaos chaos-short fuzz jaeger jaeger-run clean
 
 ## run: the whole thing on an embedded default — PostgreSQL found or started, demo tenant, demo MCP servers
 run:
@@ -15,8 +15,8 @@ build:
 	$(GO) build -o $(BIN)/mcpfleet ./cmd/mcpfleet
 	$(GO) build -o $(BIN)/mcpfleet-load ./cmd/mcpfleet-load
 
-## test: every test, with the race detector and the in-process chaos hooks
-test:
+## test: every test, with the race detector and the in-process chaos hooks (builds Jaeger first, once)
+test: jaeger
 	$(GO) vet -tags $(TEST_TAGS) $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 40m $(PKGS)
@@ -55,6 +55,16 @@ fuzz:
 	$(GO) test ./httpapi -run XXX -fuzz FuzzDecodeRegister -fuzztime 60s
 	$(GO) test ./httpapi -run XXX -fuzz FuzzDecodeServerID -fuzztime 30s
 	$(GO) test ./mcpclient/toolschema -run XXX -fuzz FuzzNormalize -fuzztime 60s
+
+## jaeger: build Jaeger v2 from the separate tools/ module (minutes the first time, cached afterwards)
+JAEGER := .data/bin/jaeger
+jaeger: $(JAEGER)
+$(JAEGER): tools/go.mod tools/go.sum
+	cd tools && $(GO) build -o ../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+## jaeger-run: run it on loopback (OTLP/HTTP 127.0.0.1:4318, query API 127.0.0.1:16686); see docs/telemetry.md
+jaeger-run: $(JAEGER)
+	$(JAEGER) --config tools/jaeger.yaml
 
 clean:
 	rm -rf $(BIN)
