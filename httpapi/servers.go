@@ -224,13 +224,25 @@ func (s *Server) register(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) heartbeat(c *gin.Context) error {
-	p := principalOf(c)
+// decodeServerIDBody reads the {server_id} body of heartbeat and deregister.
+func decodeServerIDBody(c *gin.Context) (uuid.UUID, error) {
 	var body ServerIDBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
-		return err
+		return uuid.Nil, err
 	}
-	id, err := parseServerID(body.ServerID)
+	return parseServerID(body.ServerID)
+}
+
+// heartbeatAnswer is the body of a heartbeat's 200 answer.
+type heartbeatAnswer struct {
+	ServerID        uuid.UUID     `json:"server_id"`
+	Status          health.Status `json:"status"`
+	LastHeartbeatAt time.Time     `json:"last_heartbeat_at"`
+}
+
+func (s *Server) heartbeat(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := decodeServerIDBody(c)
 	if err != nil {
 		return err
 	}
@@ -239,17 +251,13 @@ func (s *Server) heartbeat(c *gin.Context) error {
 	if err != nil {
 		return fleetError(err)
 	}
-	c.JSON(http.StatusOK, gin.H{"server_id": res.ServerID, "status": res.Status, "last_heartbeat_at": res.LastHeartbeatAt.UTC()})
+	c.JSON(http.StatusOK, heartbeatAnswer{ServerID: res.ServerID, Status: res.Status, LastHeartbeatAt: res.LastHeartbeatAt.UTC()})
 	return nil
 }
 
 func (s *Server) deregister(c *gin.Context) error {
 	p := principalOf(c)
-	var body ServerIDBody
-	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
-		return err
-	}
-	id, err := parseServerID(body.ServerID)
+	id, err := decodeServerIDBody(c)
 	if err != nil {
 		return err
 	}
