@@ -178,7 +178,10 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 			a.idle(ctx)
 			return
 		}
-		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, available: *cascade, trace: trc}, a.deps.writeTimeout+2*time.Second)
+		// The transition is committed: its caller must be answered before it gives up (deadline + 2 s), so
+		// the cascade is waited for until deadline + 1 s at most; a slower cascade is repaired by reconciliation.
+		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, available: *cascade, trace: trc},
+			max(time.Until(deadline)+time.Second, 100*time.Millisecond))
 		ctx.ReenterAfter(cfut, func(res any, cerr error) {
 			if cerr == nil {
 				if cr, ok := res.(*cascadeReply); ok {
