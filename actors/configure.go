@@ -129,12 +129,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 			return
 		}
 		a.deps.metrics.ServerStatus("", cmd.Server.Status) // a configured server joins the servers gauge
-		a.rec.registered = true
-		a.rec.row = slim(cmd.Server)
-		a.rec.lastEvidence = now
-		a.rec.pending = nil
-		a.rec.registrationTrace = carrier
-		a.rec.lastHeartbeatTrace = carrier
+		a.adopt(cmd.Server, now, carrier)
 		ctx.Send(sender, &configureReply{server: cmd.Server})
 	})
 }

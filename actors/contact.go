@@ -47,6 +47,7 @@ func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 		ctx.Send(sender, &contactReply{err: ErrNotFound})
 		return
 	}
+	a.arrivedEvidence(now)
 	a.run(ctx, func(ctx actor.Context) { a.contact(ctx, msg, sender, now) },
 		func(ctx actor.Context) { ctx.Send(sender, &contactReply{err: ErrUnavailable}) })
 }
@@ -56,9 +57,6 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 	if rec.row.Status == health.Deregistered {
 		ctx.Send(sender, &contactReply{err: ErrDeregistered})
 		return
-	}
-	if now.After(rec.lastEvidence) {
-		rec.lastEvidence = now
 	}
 	if rec.row.Status == health.Healthy {
 		ctx.Send(sender, &contactReply{status: health.Healthy})

@@ -100,12 +100,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
 			return
 		}
-		// The heartbeat is evidence the moment it arrives, even if answering it must wait behind a
-		// write in flight: a monitor check queued meanwhile must not judge the server on older evidence.
-		if a.rec.row.Status != health.Deregistered && now.After(a.rec.lastEvidence) {
-			a.rec.lastEvidence = now
-			a.rec.stallAtEvidence = a.deps.stall.now()
-		}
+		a.arrivedEvidence(now)
 		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now, span) },
 			func(ctx actor.Context) {
 				endSpan(span, ErrUnavailable)
@@ -236,13 +231,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 				from = ""
 			}
 			a.deps.metrics.ServerStatus(from, cmd.Server.Status)
-			a.rec.registered = true
-			a.rec.row = slim(cmd.Server)
-			a.rec.lastEvidence = now
-			a.rec.stallAtEvidence = a.deps.stall.now()
-			a.rec.pending = nil
-			a.rec.registrationTrace = carrier
-			a.rec.lastHeartbeatTrace = carrier
+			a.adopt(cmd.Server, now, carrier)
 			ctx.Send(sender, &registerReply{res: RegisterResult{Server: cmd.Server, Created: cmd.Created}})
 		})
 	}
@@ -260,10 +249,6 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		endSpan(hb, ErrDeregistered)
 		ctx.Send(sender, &heartbeatReply{err: ErrDeregistered})
 		return
-	}
-	if now.After(rec.lastEvidence) {
-		rec.lastEvidence = now
-		rec.stallAtEvidence = a.deps.stall.now()
 	}
 	hbc := carrierOf(hb)
 	rec.lastHeartbeatTrace = hbc
@@ -448,6 +433,35 @@ func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
 	if rec.pending == cmd {
 		rec.pending = nil
 	}
+}
+
+// noteEvidence records liveness evidence taken at now (a service-clock reading) with the monitor's stall at
+// that moment; evidence older than what the record holds is ignored. Every kind of evidence goes through it.
+func (r *serverRecord) noteEvidence(now time.Time, stall *stallClock) {
+	if now.After(r.lastEvidence) {
+		r.lastEvidence = now
+		r.stallAtEvidence = stall.now()
+	}
+}
+
+// arrivedEvidence counts a heartbeat or a completed round trip as evidence the moment its message arrives,
+// even if answering it must wait behind a write in flight: a monitor check queued meanwhile must not
+// judge the server on older evidence. A deregistered server takes no evidence.
+func (a *serverActor) arrivedEvidence(now time.Time) {
+	if a.rec.row.Status != health.Deregistered {
+		a.rec.noteEvidence(now, a.deps.stall)
+	}
+}
+
+// adopt takes a committed registration or configuration as the server's state: registered, its row, fresh
+// evidence, no pending transition, and the operation's trace as the one transitions link back to.
+func (a *serverActor) adopt(row persistence.Server, now time.Time, carrier telemetry.Carrier) {
+	a.rec.registered = true
+	a.rec.row = slim(row)
+	a.rec.noteEvidence(now, a.deps.stall)
+	a.rec.pending = nil
+	a.rec.registrationTrace = carrier
+	a.rec.lastHeartbeatTrace = carrier
 }
 
 // slim drops what the actor never needs from a row it keeps for the life of the server (the capability
