@@ -137,12 +137,9 @@ func (st *calendarStore) create(_ context.Context, in createEventIn) (string, er
 	if _, err := time.Parse("15:04", at); err != nil {
 		return "", fmt.Errorf("time %q is not HH:MM", at)
 	}
-	minutes := in.DurationMinutes
-	if minutes == 0 {
-		minutes = 30
-	}
-	if minutes < 1 || minutes > 1440 {
-		return "", fmt.Errorf("duration_minutes must be 1 to 1440, got %d", minutes)
+	minutes, err := intArg("duration_minutes", in.DurationMinutes, 30, 1, 1440)
+	if err != nil {
+		return "", err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -181,12 +178,9 @@ func forecast(_ context.Context, in forecastIn) (string, error) {
 	if city == "" {
 		return "", errors.New("city must not be empty")
 	}
-	days := in.Days
-	if days == 0 {
-		days = 3
-	}
-	if days < 1 || days > 7 {
-		return "", fmt.Errorf("days must be 1 to 7, got %d", days)
+	days, err := intArg("days", in.Days, 3, 1, 7)
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Forecast for %s (synthetic demo data):", city)
@@ -258,12 +252,9 @@ func (st *notesStore) search(_ context.Context, in searchNotesIn) (string, error
 	if q == "" {
 		return "", errors.New("query must not be empty")
 	}
-	limit := in.Limit
-	if limit == 0 {
-		limit = 5
-	}
-	if limit < 1 || limit > 20 {
-		return "", fmt.Errorf("limit must be 1 to 20, got %d", limit)
+	limit, err := intArg("limit", in.Limit, 5, 1, 20)
+	if err != nil {
+		return "", err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -314,4 +305,16 @@ func flakyTools(ms *mcp.Server) []fleetclient.Tool {
 			"additionalProperties": false
 		}`, func(_ context.Context, in echoIn) (string, error) { return in.Text, nil }),
 	}
+}
+
+// intArg returns an optional integer argument: def when it was not given (0), else v if it lies in
+// [lo, hi], else an error naming the argument.
+func intArg(name string, v, def, lo, hi int) (int, error) {
+	if v == 0 {
+		return def, nil
+	}
+	if v < lo || v > hi {
+		return 0, fmt.Errorf("%s must be %d to %d, got %d", name, lo, hi, v)
+	}
+	return v, nil
 }
