@@ -44,8 +44,11 @@ type Resolver interface {
 //   - a host that is, or resolves to, a non-public address — loopback,
 //     link-local, private (RFC 1918, IPv6 ULA), shared CGNAT space
 //     (100.64.0.0/10), unspecified or "this network" (0.0.0.0/8, ::),
-//     multicast or broadcast, also when reached through NAT64 or written as
-//     an IPv4-mapped IPv6 address — is refused unless the host name or that
+//     multicast or broadcast, IETF protocol assignments (192.0.0.0/24),
+//     benchmarking (198.18.0.0/15), reserved (240.0.0.0/4), the tunnelling
+//     prefixes IPv4-compatible (::/96), 6to4 (2002::/16) and Teredo
+//     (2001::/32), also when reached through NAT64 or written as an
+//     IPv4-mapped IPv6 address — is refused unless the host name or that
 //     address is on Allow;
 //   - every address a name resolves to is checked: one non-public address
 //     that is not allowed refuses the endpoint.
@@ -194,6 +197,21 @@ var (
 	broadcast   = netip.MustParseAddr("255.255.255.255")
 )
 
+// specialRanges are the special-purpose ranges (RFC 6890 and its IANA registries) that are not public
+// unicast although the netip predicates do not say so. The tunnelling ones (IPv4-compatible, 6to4,
+// Teredo) are refused whole: what they reach depends on a relay, not on the address.
+var specialRanges = []struct {
+	prefix netip.Prefix
+	kind   string
+}{
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible IPv6 (deprecated)"},
+	{netip.MustParsePrefix("2002::/16"), "6to4 relay"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo relay"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+}
+
 // nonPublicKind names the class of a non-public address, or returns "" for
 // a public unicast address.
 func nonPublicKind(ip netip.Addr) string {
@@ -217,6 +235,11 @@ func nonPublicKind(ip netip.Addr) string {
 	case nat64.Contains(ip):
 		b := ip.As16()
 		return nonPublicKind(netip.AddrFrom4([4]byte(b[12:])))
+	}
+	for _, r := range specialRanges {
+		if r.prefix.Contains(ip) {
+			return r.kind
+		}
 	}
 	return ""
 }

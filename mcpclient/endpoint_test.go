@@ -105,6 +105,73 @@ func TestEndpointPolicy(t *testing.T) {
 	}
 }
 
+// The special-purpose ranges beyond the netip predicates: the first and
+// last address of each are refused by name, an address just outside is
+// public (or refused for another, named reason), and an allow-list entry
+// still lets one through.
+func TestEndpointPolicySpecialRanges(t *testing.T) {
+	tests := []struct {
+		addr string
+		why  string // "" for a public address
+	}{
+		{"::2", "IPv4-compatible"},
+		{"::7f00:1", "IPv4-compatible"}, // ::127.0.0.1
+		{"::ffff:ffff", "IPv4-compatible"},
+		{"::1:0:0", ""},
+		{"2002::", "6to4"},
+		{"2002:c0a8:101::1", "6to4"}, // 6to4 of 192.168.1.1
+		{"2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "6to4"},
+		{"2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ""},
+		{"2003::", ""},
+		{"2001::", "Teredo"},
+		{"2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "Teredo"},
+		{"2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ""},
+		{"2001:1::", ""},
+		{"192.0.0.0", "IETF protocol assignment"},
+		{"192.0.0.255", "IETF protocol assignment"},
+		{"191.255.255.255", ""},
+		{"192.0.1.0", ""},
+		{"198.18.0.0", "benchmarking"},
+		{"198.19.255.255", "benchmarking"},
+		{"198.17.255.255", ""},
+		{"198.20.0.0", ""},
+		{"240.0.0.0", "reserved"},
+		{"255.255.255.254", "reserved"},
+		{"255.255.255.255", "broadcast"},
+		{"239.255.255.255", "multicast"},
+		{"::ffff:198.18.0.1", "benchmarking"}, // IPv4-mapped
+		{"64:ff9b::c612:1", "benchmarking"},   // NAT64 of 198.18.0.1
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			ip := netip.MustParseAddr(tt.addr)
+			host := tt.addr
+			if ip.Is6() {
+				host = "[" + tt.addr + "]"
+			}
+			raw := "http://" + host + "/mcp"
+			_, err := mcpclient.EndpointPolicy{Resolver: names}.Check(testContext(t), raw)
+			if tt.why == "" {
+				if err != nil {
+					t.Fatalf("Check(%s) = %v, want allowed (public)", raw, err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, mcpclient.ErrEndpointRefused) || !strings.Contains(err.Error(), tt.why) {
+				t.Fatalf("Check(%s) = %v, want refused as %s", raw, err, tt.why)
+			}
+			if _, err := (mcpclient.EndpointPolicy{Allow: []string{tt.addr}, Resolver: names}).Check(testContext(t), raw); err != nil {
+				t.Errorf("Check(%s) with the address allowed = %v", raw, err)
+			}
+			// The same address behind a name is refused by what the name resolves to.
+			r := fakeResolver{"special.example": {tt.addr}}
+			if _, err := (mcpclient.EndpointPolicy{Resolver: r}).Check(testContext(t), "http://special.example/"); err == nil || !strings.Contains(err.Error(), tt.why) {
+				t.Errorf("a name resolving to %s: %v, want refused as %s", tt.addr, err, tt.why)
+			}
+		})
+	}
+}
+
 // CheckEndpoint resolves with the system resolver: "localhost" is refused
 // by what it resolves to, unless listed.
 func TestCheckEndpointResolves(t *testing.T) {
