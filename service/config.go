@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type Config struct {
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
 	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
+	UISecureCookies     bool          // MCPFLEET_UI_SECURE_COOKIES: dashboard cookies Secure and __Host- named behind a TLS proxy
 
 	// The MCP client side: configured servers, connection tests, imports and probes.
 	EndpointAllowlist []string      // MCPFLEET_ENDPOINT_ALLOWLIST: comma-separated hosts, addresses or CIDR prefixes reachable although not public
@@ -98,6 +100,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("MCPFLEET_LOG_LEVEL=%q: want debug, info, warn or error", v))
 		}
+	}
+	if v := getenv("MCPFLEET_UI_SECURE_COOKIES"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_UI_SECURE_COOKIES=%q: want true or false", v))
+		}
+		c.UISecureCookies = b
 	}
 	if v := getenv("MCPFLEET_DB_MAX_CONNS"); v != "" {
 		var n int32

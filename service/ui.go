@@ -11,5 +11,6 @@ import (
 func (s *Service) newUI(cfg Config, opt Options, log *slog.Logger) (*ui.UI, error) {
 	return ui.New(ui.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, FlapWindow: cfg.FlapWindow, FlapThreshold: cfg.FlapThreshold,
+		SecureCookies: cfg.UISecureCookies,
 	}, ui.Deps{Store: s.store, Remote: s.remote, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
 }

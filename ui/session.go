@@ -29,10 +29,14 @@ import (
 // The sign-in form is protected the same way before any session exists: GET /ui/ sets a short-lived
 // random cookie and puts its HMAC in the form, so another site cannot sign a browser in with its own key.
 
+// Cookie names. The __Host- names are used over TLS and with Config.SecureCookies: browsers accept such
+// a cookie only with Secure, Path=/ and no Domain, so a sibling host (or a plain-HTTP answer) can neither
+// set nor shadow it — which is what keeps another site from planting its own session or sign-in token.
 const (
 	sessionCookie       = "mcpfleet_session"
-	secureSessionCookie = "__Host-mcpfleet_session" // over TLS: Secure, Path=/, no Domain, enforced by browsers
+	secureSessionCookie = "__Host-mcpfleet_session"
 	signinCookie        = "mcpfleet_signin"
+	secureSigninCookie  = "__Host-mcpfleet_signin"
 	csrfField           = "csrf_token"
 	csrfHeader          = "X-CSRF-Token"
 	sessionIDBytes      = 32
@@ -67,22 +71,37 @@ func newRandomID() ([]byte, error) {
 	return b, nil
 }
 
-// secure reports whether cookies for r must be Secure.
+// secure reports whether cookies for r must be Secure (and carry the __Host- names).
 func (u *UI) secure(r *http.Request) bool { return r.TLS != nil || u.cfg.SecureCookies }
 
-// sessionID returns the raw session id of r's cookie, or nil.
-func sessionID(r *http.Request) []byte {
-	for _, name := range []string{secureSessionCookie, sessionCookie} {
-		c, err := r.Cookie(name)
-		if err != nil {
-			continue
-		}
-		b, err := base64.RawURLEncoding.DecodeString(c.Value)
-		if err == nil && len(b) == sessionIDBytes {
-			return b
-		}
+// sessionCookieName is the name of r's session cookie. When cookies are secure only the __Host- cookie
+// is read: a plain-named one may have been set by a sibling host.
+func (u *UI) sessionCookieName(r *http.Request) string {
+	if u.secure(r) {
+		return secureSessionCookie
 	}
-	return nil
+	return sessionCookie
+}
+
+// signinCookie returns the name and path of r's sign-in cookie (a __Host- cookie must have Path=/).
+func (u *UI) signinCookie(r *http.Request) (name, path string) {
+	if u.secure(r) {
+		return secureSigninCookie, "/"
+	}
+	return signinCookie, "/ui/"
+}
+
+// cookieID returns the 32 random bytes held by r's cookie name, or nil.
+func cookieID(r *http.Request, name string) []byte {
+	c, err := r.Cookie(name)
+	if err != nil {
+		return nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || len(b) != sessionIDBytes {
+		return nil
+	}
+	return b
 }
 
 // errNoSession: r carries no valid session.
@@ -90,7 +109,7 @@ var errNoSession = errors.New("no valid session")
 
 // loadSession returns r's session: errNoSession, or an error when the database cannot say.
 func (u *UI) loadSession(r *http.Request) (*session, error) {
-	id := sessionID(r)
+	id := cookieID(r, u.sessionCookieName(r))
 	if id == nil {
 		return nil, errNoSession
 	}
@@ -120,13 +139,9 @@ func (u *UI) SessionPrincipal(r *http.Request) (persistence.Principal, bool, err
 }
 
 func (u *UI) setSessionCookie(c *gin.Context, id []byte) {
-	name := sessionCookie
-	if u.secure(c.Request) {
-		name = secureSessionCookie
-	}
 	// A browser-session cookie (no Max-Age): it goes when the browser closes; the server-side expiry
 	// bounds it anyway.
-	http.SetCookie(c.Writer, &http.Cookie{Name: name, Value: base64.RawURLEncoding.EncodeToString(id), Path: "/",
+	http.SetCookie(c.Writer, &http.Cookie{Name: u.sessionCookieName(c.Request), Value: base64.RawURLEncoding.EncodeToString(id), Path: "/",
 		HttpOnly: true, Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
 }
 
@@ -174,27 +189,23 @@ func checkCSRF(c *gin.Context, want string) bool {
 
 // signinToken returns the sign-in form's token for r, setting its cookie if r has none.
 func (u *UI) signinToken(c *gin.Context) (string, error) {
-	if ck, err := c.Request.Cookie(signinCookie); err == nil {
-		if b, err := base64.RawURLEncoding.DecodeString(ck.Value); err == nil && len(b) == sessionIDBytes {
-			return csrfToken(b, "mcpfleet/ui/sign-in/v1"), nil
-		}
+	name, path := u.signinCookie(c.Request)
+	if b := cookieID(c.Request, name); b != nil {
+		return csrfToken(b, "mcpfleet/ui/sign-in/v1"), nil
 	}
 	b, err := newRandomID()
 	if err != nil {
 		return "", err
 	}
-	http.SetCookie(c.Writer, &http.Cookie{Name: signinCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: "/ui/",
+	http.SetCookie(c.Writer, &http.Cookie{Name: name, Value: base64.RawURLEncoding.EncodeToString(b), Path: path,
 		MaxAge: 3600, HttpOnly: true, Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
 	return csrfToken(b, "mcpfleet/ui/sign-in/v1"), nil
 }
 
-func checkSigninToken(c *gin.Context) bool {
-	ck, err := c.Request.Cookie(signinCookie)
-	if err != nil || !sameOrigin(c.Request) {
-		return false
-	}
-	b, err := base64.RawURLEncoding.DecodeString(ck.Value)
-	if err != nil || len(b) != sessionIDBytes {
+func (u *UI) checkSigninToken(c *gin.Context) bool {
+	name, _ := u.signinCookie(c.Request)
+	b := cookieID(c.Request, name)
+	if b == nil || !sameOrigin(c.Request) {
 		return false
 	}
 	got := c.PostForm(csrfField)
@@ -261,7 +272,7 @@ func (u *UI) signInForm(c *gin.Context, status int, problem string) {
 
 // signIn is POST /ui/sign-in with api_key: an operator or admin key opens a session.
 func (u *UI) signIn(c *gin.Context) {
-	if !checkSigninToken(c) {
+	if !u.checkSigninToken(c) {
 		u.signInForm(c, http.StatusForbidden, "The sign-in form expired or did not come from this dashboard: try again.")
 		return
 	}
@@ -295,7 +306,8 @@ func (u *UI) signIn(c *gin.Context) {
 		u.signInForm(c, http.StatusServiceUnavailable, "The session could not be opened right now: retry shortly.")
 		return
 	}
-	http.SetCookie(c.Writer, &http.Cookie{Name: signinCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true,
+	name, path := u.signinCookie(c.Request)
+	http.SetCookie(c.Writer, &http.Cookie{Name: name, Value: "", Path: path, MaxAge: -1, HttpOnly: true,
 		Secure: u.secure(c.Request), SameSite: http.SameSiteStrictMode})
 	u.setSessionCookie(c, id)
 	u.log.InfoContext(ctx, "ui: signed in", "tenant_id", p.TenantID, "key_id", p.KeyID, "role", p.Role)

@@ -124,7 +124,8 @@ type Config struct {
 	// SessionTTL is how long a session lasts from sign-in; default 12 h.
 	SessionTTL time.Duration
 	// SecureCookies marks cookies Secure even on plain HTTP requests (set it behind a proxy that
-	// terminates TLS); cookies on a TLS request are always Secure.
+	// terminates TLS; MCPFLEET_UI_SECURE_COOKIES) and names them with the __Host- prefix (Path=/, no
+	// Domain); only the __Host- session cookie is then read. Cookies on a TLS request are always so.
 	SecureCookies bool
 	// PageSize is the number of servers on an overview page; default 50.
 	PageSize int
