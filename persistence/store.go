@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -163,49 +164,140 @@ func SetTenant(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID) error {
 
 // RoleCheck describes the runtime role as the database sees it.
 type RoleCheck struct {
-	User       string
-	Superuser  bool
-	BypassRLS  bool
-	OwnsTables []string
+	User      string
+	Superuser bool
+	BypassRLS bool
+	// PrivilegedRoles are the roles with SUPERUSER or BYPASSRLS the role is a member of, directly or
+	// through other roles (it can SET ROLE to them), other than itself.
+	PrivilegedRoles []string
+	// Schema is the schema holding mcpfleet's tables, as the role's search path resolves mcp_servers.
+	Schema string
+	// Owned are the objects of that schema — the schema itself, every table, view, sequence and
+	// function in it — whose owner is the role or a role it is a member of.
+	Owned []OwnedObject
 }
 
+// OwnedObject is an object of mcpfleet's schema the runtime role could act on as its owner.
+type OwnedObject struct {
+	Kind  string // schema, table, view, sequence, function, ...
+	Name  string
+	Owner string // the owning role
+	// Inherited says the role has the owner's privileges without SET ROLE (pg_has_role USAGE); without
+	// it, it is still a member and can SET ROLE to the owner.
+	Inherited bool
+}
+
+func (o OwnedObject) String() string { return o.Kind + " " + o.Name }
+
 // CheckRuntimeRole refuses a connection whose role would make row-level security not apply: a
-// superuser, a role with BYPASSRLS, or the owner of any mcpfleet table. It returns the role's
-// attributes and a descriptive error when the role is refused.
+// superuser, a role with BYPASSRLS, a member of a role with either, or the owner — or a member of the
+// owner (pg_has_role MEMBER: it can SET ROLE to it and switch RLS off, or drop and recreate a table) —
+// of the schema holding the mcp_servers table the role's search path resolves or of any table, view,
+// sequence or function in it. The objects are read from the catalogue, so a table a later migration
+// adds is covered without a list to keep. It returns what it found and, when the role is refused, an
+// error saying why and what to connect as instead.
 func (s *Store) CheckRuntimeRole(ctx context.Context) (RoleCheck, error) {
 	var rc RoleCheck
-	err := s.pool.QueryRow(ctx, `SELECT current_user, r.rolsuper, r.rolbypassrls
-		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&rc.User, &rc.Superuser, &rc.BypassRLS)
+	err := s.pool.QueryRow(ctx, `SELECT current_user, r.rolsuper, r.rolbypassrls,
+			coalesce((SELECT array_agg(p.rolname::text ORDER BY p.rolname) FROM pg_roles p
+				WHERE (p.rolsuper OR p.rolbypassrls) AND p.rolname <> current_user
+				AND pg_has_role(current_user, p.oid, 'MEMBER')), '{}'),
+			coalesce((SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE c.oid = to_regclass('mcp_servers')), '')
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&rc.User, &rc.Superuser, &rc.BypassRLS, &rc.PrivilegedRoles, &rc.Schema)
 	if err != nil {
 		return rc, fmt.Errorf("check runtime role: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = current_schema() AND c.relkind = 'r' AND pg_get_userbyid(c.relowner) = current_user
-		AND c.relname IN ('mcp_servers','skill_registry','audit_events','alert_outbox','tenants','api_keys')
-		ORDER BY 1`)
-	if err != nil {
-		return rc, fmt.Errorf("check runtime role: %w", err)
-	}
-	rc.OwnsTables, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return rc, fmt.Errorf("check runtime role: %w", err)
-	}
+	const useAppRole = "connect MCPFLEET_DATABASE_URL as the app role (cyberos_app)"
 	switch {
 	case rc.Superuser:
-		return rc, fmt.Errorf("role %q is a superuser, so row-level security would not apply: connect MCPFLEET_DATABASE_URL as the app role (cyberos_app)", rc.User)
+		return rc, fmt.Errorf("role %q is a superuser, so row-level security would not apply: %s", rc.User, useAppRole)
 	case rc.BypassRLS:
-		return rc, fmt.Errorf("role %q has BYPASSRLS, so row-level security would not apply: connect MCPFLEET_DATABASE_URL as the app role (cyberos_app)", rc.User)
-	case len(rc.OwnsTables) > 0:
-		return rc, fmt.Errorf("role %q owns %v, so it could bypass or drop row-level security: connect MCPFLEET_DATABASE_URL as the app role (cyberos_app), not the migration owner", rc.User, rc.OwnsTables)
-	}
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'mcp_servers'`).Scan(&n); err != nil {
-		return rc, fmt.Errorf("check schema: %w", err)
-	}
-	if n == 0 {
+		return rc, fmt.Errorf("role %q has BYPASSRLS, so row-level security would not apply: %s", rc.User, useAppRole)
+	case len(rc.PrivilegedRoles) > 0:
+		return rc, fmt.Errorf("role %q is a member of %s, which has SUPERUSER or BYPASSRLS: it can SET ROLE to it and row-level security would not apply; %s, which is granted no other role",
+			rc.User, quoteList(rc.PrivilegedRoles), useAppRole)
+	case rc.Schema == "":
 		return rc, errors.New("the database has no mcp_servers table: run `mcpfleet migrate` with MCPFLEET_ADMIN_DATABASE_URL first")
 	}
-	return rc, nil
+	rows, err := s.pool.Query(ctx, `WITH ns AS (SELECT oid, nspname, nspowner FROM pg_namespace WHERE nspname = $1),
+		objects AS (
+			SELECT 'schema' AS kind, ns.nspname::text AS name, ns.nspowner AS owner FROM ns
+			UNION ALL
+			SELECT CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'v' THEN 'view'
+					WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' END,
+				c.relname::text, c.relowner
+			FROM pg_class c JOIN ns ON c.relnamespace = ns.oid WHERE c.relkind IN ('r','p','v','m','S','f')
+			UNION ALL
+			SELECT 'function', p.proname::text, p.proowner FROM pg_proc p JOIN ns ON p.pronamespace = ns.oid)
+		SELECT o.kind, o.name, r.rolname::text, pg_has_role(current_user, o.owner, 'USAGE')
+		FROM objects o JOIN pg_roles r ON r.oid = o.owner
+		WHERE pg_has_role(current_user, o.owner, 'MEMBER')
+		ORDER BY o.kind <> 'schema', o.kind, o.name`, rc.Schema)
+	if err != nil {
+		return rc, fmt.Errorf("check runtime role: %w", err)
+	}
+	rc.Owned, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (OwnedObject, error) {
+		var o OwnedObject
+		err := row.Scan(&o.Kind, &o.Name, &o.Owner, &o.Inherited)
+		return o, err
+	})
+	if err != nil {
+		return rc, fmt.Errorf("check runtime role: %w", err)
+	}
+	if len(rc.Owned) == 0 {
+		return rc, nil
+	}
+	return rc, ownedError(rc.User, rc.Owned)
+}
+
+// ownedError says which owner roles the runtime role reaches, and which of their objects (at most five
+// named per owner).
+func ownedError(user string, owned []OwnedObject) error {
+	type ownerObjects struct {
+		objects   []string
+		inherited bool
+	}
+	var owners []string
+	by := map[string]*ownerObjects{}
+	for _, o := range owned {
+		oo := by[o.Owner]
+		if oo == nil {
+			oo = &ownerObjects{}
+			by[o.Owner] = oo
+			owners = append(owners, o.Owner)
+		}
+		oo.objects = append(oo.objects, o.String())
+		oo.inherited = oo.inherited || o.Inherited
+	}
+	var parts []string
+	for _, name := range owners {
+		oo := by[name]
+		objs := oo.objects
+		if len(objs) > 5 {
+			objs = append(objs[:5:5], fmt.Sprintf("%d more", len(oo.objects)-5))
+		}
+		if name == user {
+			parts = append(parts, fmt.Sprintf("it owns %s", strings.Join(objs, ", ")))
+			continue
+		}
+		how := "can SET ROLE to it"
+		if oo.inherited {
+			how = "inherits its privileges"
+		}
+		parts = append(parts, fmt.Sprintf("it is a member of role %q (it %s), which owns %s", name, how, strings.Join(objs, ", ")))
+	}
+	return fmt.Errorf("role %q could switch row-level security off or drop and recreate mcpfleet's tables: %s; connect MCPFLEET_DATABASE_URL as the app role (cyberos_app), which owns nothing and is a member of no owner role, not as the migration owner or one of its members",
+		user, strings.Join(parts, "; "))
+}
+
+// quoteList writes names as "a", "b".
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // IsTransient reports whether err is worth retrying: the connection failed or was lost, the server is
