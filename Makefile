@@ -3,6 +3,8 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 TEST_TAGS := chaos
+# staticcheck from the Go module proxy, pinned (2026.2.2 supports Go 1.26); the first run downloads and builds it
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: run build test test-short test-race lint vuln bench chaos chaos-short fuzz jaeger jaeger-run clean
 
@@ -15,10 +17,8 @@ build:
 	$(GO) build -o $(BIN)/mcpfleet ./cmd/mcpfleet
 	$(GO) build -o $(BIN)/mcpfleet-load ./cmd/mcpfleet-load
 
-## test: every test, with the race detector and the in-process chaos hooks (builds Jaeger first, once)
-test: jaeger
-	$(GO) vet -tags $(TEST_TAGS) $(PKGS)
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+## test: lint, then every test, with the race detector and the in-process chaos hooks (builds Jaeger first, once)
+test: lint jaeger
 	$(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 40m $(PKGS)
 
 ## test-short: the quick subset (skips tests that need PostgreSQL when none is found)
@@ -27,10 +27,13 @@ test-short:
 
 test-race: test
 
-## lint: go vet and gofmt
+## lint: go vet, gofmt, staticcheck (with and without the chaos tag) and the check that every package has a doc comment
 lint:
 	$(GO) vet -tags $(TEST_TAGS) $(PKGS)
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags $(TEST_TAGS) $(PKGS)
+	$(GO) test -count=1 -run '^TestPackageDocs' .
 
 ## vuln: known vulnerabilities in dependencies (needs the Go vulnerability database to be reachable)
 vuln:

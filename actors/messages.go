@@ -112,12 +112,10 @@ type monitorTick struct {
 // tickChunk continues a tick's fan-out, so a large fleet does not hold the fleet actor's mailbox.
 type tickChunk struct {
 	ids   []uuid.UUID
-	now   time.Time
 	round *monitorRound
 }
 
 type evaluateMsg struct {
-	now   time.Time
 	round *monitorRound
 }
 

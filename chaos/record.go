@@ -35,12 +35,6 @@ func (r *recorder) setPhase(p string) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) currentPhase() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.phase
-}
-
 func (r *recorder) note(format string, args ...any) {
 	r.mu.Lock()
 	r.h.Notes = append(r.h.Notes, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))

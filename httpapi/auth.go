@@ -40,8 +40,6 @@ func newAuthenticator(lookup keyLookup) *authenticator {
 	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, maxSize: 100000, now: time.Now, cache: map[[32]byte]authEntry{}}
 }
 
-var errNoKey = errors.New("no key")
-
 // authenticate returns the principal of r's bearer key, or a 401 problem.
 func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, error) {
 	h := r.Header.Get("Authorization")

@@ -101,7 +101,7 @@ func TestListServersPagesEveryOrder(t *testing.T) {
 		}
 		all = append(all, d.server(d.tenant, fmt.Sprintf("mod-%02d", (i*7)%23), st, i))
 	}
-	d.server(d.tenant, "zeta", health.Healthy, 30)
+	all = append(all, d.server(d.tenant, "zeta", health.Healthy, 30))
 	d.server(other, "mod-99", health.Healthy, 31) // another tenant's: never listed
 	ctx := context.Background()
 
@@ -163,6 +163,15 @@ func TestListServersPagesEveryOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+	listed := map[uuid.UUID]bool{}
+	for _, s := range walk(persistence.ServerFilter{Limit: 7}) {
+		listed[s.ServerID] = true
+	}
+	for _, id := range all {
+		if !listed[id] {
+			t.Fatalf("server %s of the tenant never listed", id)
+		}
 	}
 	if _, err := d.store.ListServers(ctx, d.tenant, persistence.ServerFilter{ModulePrefix: "a%", Limit: 5}); !errors.Is(err, persistence.ErrBadPrefix) {
 		t.Fatalf("a LIKE pattern as prefix: %v, want ErrBadPrefix", err)
