@@ -460,16 +460,27 @@ func (s *Server) writeServer(c *gin.Context, srv persistence.Server) error {
 	return nil
 }
 
-// checkEndpoint checks an endpoint a module gave at registration.
-func (s *Server) checkEndpoint(ctx context.Context, raw string) (string, error) {
+// checkEndpoint checks an endpoint given at registration by key p for module.
+//
+// A module key is not told what a host is or resolves to from where this service stands (an address
+// refusal, or a name that does not resolve): its problem says only that the endpoint was refused for
+// its address, and the specific reason goes to the log under the request's trace id. An administrator
+// configures the endpoints and the allow-list and keeps the specific detail. Refusals of how the URL is
+// written (scheme, user name, port) stay specific for everyone.
+func (s *Server) checkEndpoint(ctx context.Context, p persistence.Principal, module, raw string) (string, error) {
 	if s.deps.Remote == nil {
 		return "", badRequest("invalid_field", "endpoint", "this service does not take endpoints")
 	}
 	u, err := s.deps.Remote.CheckEndpoint(ctx, raw)
-	if err != nil {
-		return "", remoteError(err)
+	if err == nil {
+		return u, nil
 	}
-	return u, nil
+	var ee *mcpclient.EndpointError
+	if p.Role != persistence.RoleAdmin && errors.As(err, &ee) && ee.Addressed() {
+		s.log.InfoContext(ctx, "registration endpoint refused", "tenant_id", p.TenantID, "key_id", p.KeyID, "module_name", module, "reason", ee.Error())
+		return "", badRequest("endpoint_refused", "endpoint", "the endpoint's host is not a public address, does not resolve, or resolves to an address that is not public, and it is not on this service's allow-list: ask an administrator, who can find the reason in the log under this trace_id")
+	}
+	return "", remoteError(err)
 }
 
 // remoteError maps an error of the MCP client side to its problem.

@@ -204,7 +204,7 @@ func (s *Server) register(c *gin.Context) error {
 	req.TenantID = p.TenantID
 	req.Trace = telemetry.CarrierFrom(ctx)
 	if body.Endpoint != "" {
-		if req.Endpoint, err = s.checkEndpoint(ctx, body.Endpoint); err != nil {
+		if req.Endpoint, err = s.checkEndpoint(ctx, p, body.ModuleName, body.Endpoint); err != nil {
 			return err
 		}
 	}

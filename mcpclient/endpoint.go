@@ -20,7 +20,8 @@ var ErrEndpointRefused = errors.New("endpoint refused")
 // sentence fit for the detail of a 400 problem response; it never contains
 // a credential (the policy refuses URLs carrying one without repeating it).
 type EndpointError struct {
-	msg string
+	msg       string
+	addressed bool
 }
 
 func (e *EndpointError) Error() string { return e.msg }
@@ -28,8 +29,19 @@ func (e *EndpointError) Error() string { return e.msg }
 // Unwrap returns [ErrEndpointRefused].
 func (e *EndpointError) Unwrap() error { return ErrEndpointRefused }
 
+// Addressed reports whether the refusal is about the address the host is or
+// resolves to, or about the host not resolving — not about how the URL is
+// written. Such a message says where a name resolves from where this service
+// stands, so it is for administrators and the log, not for every caller.
+func (e *EndpointError) Addressed() bool { return e.addressed }
+
 func refuse(format string, args ...any) error {
 	return &EndpointError{msg: fmt.Sprintf(format, args...)}
+}
+
+// refuseAddress is refuse for a refusal that is [EndpointError.Addressed].
+func refuseAddress(format string, args ...any) error {
+	return &EndpointError{msg: fmt.Sprintf(format, args...), addressed: true}
 }
 
 // Resolver resolves host names. *net.Resolver satisfies it.
@@ -140,7 +152,7 @@ func (p EndpointPolicy) addrs(ctx context.Context, host string) ([]netip.Addr, e
 	}
 	ips, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(ips) == 0 {
-		return nil, refuse("The endpoint host %q could not be resolved.", host)
+		return nil, refuseAddress("The endpoint host %q could not be resolved.", host)
 	}
 	out := make([]netip.Addr, 0, len(ips))
 	for _, ip := range ips {
@@ -161,9 +173,9 @@ func (p EndpointPolicy) checkAddr(host string, ip netip.Addr, literal bool) erro
 		return nil
 	}
 	if literal {
-		return refuse("The endpoint address %s is a %s address, which is only allowed when it is on the allow-list.", ip, kind)
+		return refuseAddress("The endpoint address %s is a %s address, which is only allowed when it is on the allow-list.", ip, kind)
 	}
-	return refuse("The endpoint host %q resolves to %s, a %s address, which is only allowed when the host or the address is on the allow-list.", host, ip, kind)
+	return refuseAddress("The endpoint host %q resolves to %s, a %s address, which is only allowed when the host or the address is on the allow-list.", host, ip, kind)
 }
 
 func (p EndpointPolicy) allowed(host string, ip netip.Addr) bool {
@@ -267,7 +279,7 @@ func (d *dialer) DialContext(ctx context.Context, network, address string) (net.
 		Control: func(_, hostport string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(hostport)
 			if err != nil {
-				return refuse("The endpoint address %s could not be checked.", hostport)
+				return refuseAddress("The endpoint address %s could not be checked.", hostport)
 			}
 			return d.policy.checkAddr(host, ap.Addr(), false)
 		},

@@ -94,6 +94,13 @@ func TestEndpointPolicy(t *testing.T) {
 			if !errors.Is(err, mcpclient.ErrEndpointRefused) {
 				t.Errorf("error %v does not wrap ErrEndpointRefused", err)
 			}
+			// How the URL is written is the caller's own business; what the host is or resolves to is
+			// not (an endpoint_refused for a module key hides it).
+			var ee *mcpclient.EndpointError
+			writing := map[string]bool{"scheme": true, "password": true, "user name": true, "no host": true, "port": true}[tt.why]
+			if !errors.As(err, &ee) || ee.Addressed() == writing {
+				t.Errorf("error %v: Addressed() = %v, want %v", err, ee != nil && ee.Addressed(), !writing)
+			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.why) {
 				t.Errorf("error %q does not say %q", msg, tt.why)
