@@ -76,7 +76,7 @@ func setServerAttrs(span trace.Span, tenantID, serverID uuid.UUID, module string
 
 var statusAttr = func() map[health.Status]attribute.KeyValue {
 	m := map[health.Status]attribute.KeyValue{}
-	for _, s := range health.Statuses {
+	for _, s := range health.Statuses() {
 		m[s] = attribute.String("mcpfleet.status", string(s))
 	}
 	return m

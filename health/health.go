@@ -22,8 +22,8 @@ const (
 	Deregistered Status = "deregistered"
 )
 
-// Statuses lists every status, in order of increasing severity.
-var Statuses = []Status{Healthy, Degraded, Unhealthy, Deregistered}
+// Statuses returns every status, in order of increasing severity, in a slice of the caller's own.
+func Statuses() []Status { return []Status{Healthy, Degraded, Unhealthy, Deregistered} }
 
 // Parse returns the Status named by s, or an error naming the allowed values.
 func Parse(s string) (Status, error) {

@@ -44,10 +44,10 @@ func TestMonitorOnlyDegrades(t *testing.T) {
 }
 
 func TestParseClosedEnum(t *testing.T) {
-	if len(health.Statuses) != 4 {
-		t.Fatalf("status enum has %d values, want 4", len(health.Statuses))
+	if len(health.Statuses()) != 4 {
+		t.Fatalf("status enum has %d values, want 4", len(health.Statuses()))
 	}
-	for _, s := range health.Statuses {
+	for _, s := range health.Statuses() {
 		if _, err := health.Parse(string(s)); err != nil {
 			t.Errorf("Parse(%q): %v", s, err)
 		}
@@ -56,5 +56,10 @@ func TestParseClosedEnum(t *testing.T) {
 		if _, err := health.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted a value outside the enum", bad)
 		}
+	}
+	mine := health.Statuses()
+	mine[0] = "down"
+	if got := health.Statuses()[0]; got != health.Healthy {
+		t.Fatalf("a caller's edit reached the enum: first status is now %q", got)
 	}
 }

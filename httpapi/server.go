@@ -94,9 +94,8 @@ func New(cfg Config, deps Deps) *Server {
 		streams: newStreams()}
 }
 
-// Handler returns the routed gin engine.
+// Handler returns the routed gin engine. It leaves gin's process-wide mode alone: that is main's to set.
 func (s *Server) Handler() http.Handler {
-	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.ContextWithFallback = true
 	r.HandleMethodNotAllowed = true

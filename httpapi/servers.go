@@ -20,8 +20,8 @@ import (
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
-// KnownProtocols are the MCP protocol revisions a module may list in supported_protocols.
-var KnownProtocols = map[string]bool{
+// knownProtocols are the MCP protocol revisions a module may list in supported_protocols. Read only.
+var knownProtocols = map[string]bool{
 	"2024-11-05": true, "2025-03-26": true, "2025-06-18": true, "2025-11-25": true, "2026-07-28": true,
 }
 
@@ -89,7 +89,7 @@ func (b *RegisterBody) validate() (actors.RegisterRequest, error) {
 		return req, badRequest("invalid_field", "supported_protocols", fmt.Sprintf("supported_protocols may list at most %d revisions", maxProtocols))
 	}
 	for _, p := range b.SupportedProtocols {
-		if !KnownProtocols[p] {
+		if !knownProtocols[p] {
 			return req, badRequest("invalid_field", "supported_protocols", fmt.Sprintf("unknown MCP protocol revision %q: known are 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28", truncate(p, 40)))
 		}
 	}

@@ -96,8 +96,10 @@ const (
 	KindDeregistered AuditKind = "mcp.server.deregistered"
 )
 
-// AuditKinds lists the five kinds.
-var AuditKinds = []AuditKind{KindRegistered, KindDegraded, KindUnhealthy, KindRecovered, KindDeregistered}
+// AuditKinds returns the five kinds, in a slice of the caller's own.
+func AuditKinds() []AuditKind {
+	return []AuditKind{KindRegistered, KindDegraded, KindUnhealthy, KindRecovered, KindDeregistered}
+}
 
 // KindForTransition names the audit kind of a transition to status to.
 func KindForTransition(to health.Status) AuditKind {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,19 +36,12 @@ const (
 	ImportFailed    = "failed"
 )
 
-// DataClasses are the classes of data a server's tools may see, least to most sensitive. A server
-// declares none by default: its import is refused (fail-closed).
-var DataClasses = []string{"public", "internal", "confidential", "restricted"}
+// DataClasses returns the classes of data a server's tools may see, least to most sensitive, in a slice of
+// the caller's own. A server declares none by default: its import is refused (fail-closed).
+func DataClasses() []string { return []string{"public", "internal", "confidential", "restricted"} }
 
 // ValidDataClass reports whether c is one of DataClasses.
-func ValidDataClass(c string) bool {
-	for _, d := range DataClasses {
-		if c == d {
-			return true
-		}
-	}
-	return false
-}
+func ValidDataClass(c string) bool { return slices.Contains(DataClasses(), c) }
 
 // ServerConfig is a server's row of server_config: what an operator configured and what was observed
 // of the far side. A server without a row has the defaults of DefaultServerConfig (Stored false).

@@ -239,5 +239,5 @@ func checkLiveness(v string) error {
 }
 
 func badDataClass() error {
-	return invalid("data_class", "data_class must be one of %s", strings.Join(persistence.DataClasses, ", "))
+	return invalid("data_class", "data_class must be one of %s", strings.Join(persistence.DataClasses(), ", "))
 }

@@ -71,8 +71,8 @@ func TestSkillUnavailablePropagation(t *testing.T) {
 
 func TestAC01_ServerHealthStatusEnumCardinality4(t *testing.T) {
 	h := newHarness(t)
-	if len(health.Statuses) != 4 {
-		t.Fatalf("enum has %d values", len(health.Statuses))
+	if len(health.Statuses()) != 4 {
+		t.Fatalf("enum has %d values", len(health.Statuses()))
 	}
 	id := h.register("calendar")
 	pool := h.db.AppPool(t)

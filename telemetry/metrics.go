@@ -98,7 +98,7 @@ type Metrics struct {
 	httpMu   sync.RWMutex
 	httpOpts map[httpKey][]metric.RecordOption
 
-	servers [4]atomic.Int64 // by health.Statuses index
+	servers [4]atomic.Int64 // by health.Statuses() index
 	backlog [2]atomic.Int64 // commands, stamps
 	reg     metric.Registration
 }
@@ -179,13 +179,13 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	for _, r := range rejectReasons {
 		m.hbRejected[r] = addOpt(attribute.String("outcome", "rejected"), attribute.String("reason", r))
 	}
-	for _, from := range append([]health.Status{""}, health.Statuses...) {
-		for _, to := range health.Statuses {
+	for _, from := range append([]health.Status{""}, health.Statuses()...) {
+		for _, to := range health.Statuses() {
 			m.transOpts[[2]health.Status{from, to}] = addOpt(attribute.String("from", string(from)), attribute.String("to", string(to)))
 		}
 	}
-	statusOpts := make([][]metric.ObserveOption, len(health.Statuses))
-	for i, st := range health.Statuses {
+	statusOpts := make([][]metric.ObserveOption, len(health.Statuses()))
+	for i, st := range health.Statuses() {
 		statusOpts[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("status", string(st))))}
 	}
 	writers := []string{WriterCommands, WriterStamps}
@@ -235,7 +235,7 @@ func (m *Metrics) HeartbeatRejected(ctx context.Context, reason string) {
 }
 
 func statusIndex(s health.Status) int {
-	for i, st := range health.Statuses {
+	for i, st := range health.Statuses() {
 		if st == s {
 			return i
 		}

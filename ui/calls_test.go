@@ -114,7 +114,6 @@ func TestApprovals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	dash.Mount(r)
 	srv := httptest.NewServer(r)

@@ -423,7 +423,7 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 	v.Auth, v.AuthUnsupported = authText(k)
 	v.RequiresApproval = k.RequiresApproval
 	v.DataClassOptions = []option{{Value: "", Label: "None (supplies nothing)", Selected: k.DataClass == ""}}
-	for _, dc := range persistence.DataClasses {
+	for _, dc := range persistence.DataClasses() {
 		v.DataClassOptions = append(v.DataClassOptions, option{Value: dc, Label: dc, Selected: k.DataClass == dc})
 	}
 	switch k.Liveness {
@@ -541,7 +541,7 @@ func (u *UI) saveSettings(c *gin.Context, s *session) {
 	}
 	class := c.PostForm("data_class")
 	if class != "" && !persistence.ValidDataClass(class) {
-		u.fail(c, s, http.StatusBadRequest, "Unknown data class: choose none or one of "+strings.Join(persistence.DataClasses, ", ")+".", nil)
+		u.fail(c, s, http.StatusBadRequest, "Unknown data class: choose none or one of "+strings.Join(persistence.DataClasses(), ", ")+".", nil)
 		return
 	}
 	approval := c.PostForm("requires_approval") == "on"
