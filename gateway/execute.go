@@ -99,7 +99,8 @@ func (g *Gateway) await(ctx context.Context, tenantID, callID uuid.UUID, f *infl
 
 // outcome is how a call ended.
 type outcome struct {
-	state, class, reason string
+	state         persistence.CallState
+	class, reason string
 	result               persistence.CallResult
 	latencyMS            *int64
 	kind                 string

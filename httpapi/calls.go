@@ -155,16 +155,15 @@ func (s *Server) getCall(c *gin.Context) error {
 	return writeCall(c, call, false)
 }
 
-var callStates = map[string]bool{
-	persistence.CallAwaitingApproval: true, persistence.CallRunning: true, persistence.CallSucceeded: true,
-	persistence.CallFailed: true, persistence.CallDenied: true, persistence.CallCancelled: true,
-}
-
 func (s *Server) listCalls(c *gin.Context) error {
 	p := principalOf(c)
-	f := persistence.CallFilter{State: c.Query("state"), RunID: c.Query("run_id"), Limit: 100}
-	if f.State != "" && !callStates[f.State] {
-		return badRequest("invalid_field", "state", "state must be one of awaiting_approval, running, succeeded, failed, denied, cancelled")
+	f := persistence.CallFilter{RunID: c.Query("run_id"), Limit: 100}
+	if v := c.Query("state"); v != "" {
+		st, ok := persistence.ParseCallState(v)
+		if !ok {
+			return badRequest("invalid_field", "state", "state must be one of awaiting_approval, running, succeeded, failed, denied, cancelled")
+		}
+		f.State = st
 	}
 	if f.RunID != "" {
 		if err := validRunID(f.RunID); err != nil {
@@ -324,7 +323,7 @@ type CallJSON struct {
 	// Arguments are shown so an approver sees what would be sent.
 	Arguments json.RawMessage `json:"arguments"`
 	// State is awaiting_approval, running, succeeded, failed, denied or cancelled.
-	State string `json:"state"`
+	State persistence.CallState `json:"state"`
 	// OutcomeClass says how the call ended: ok, tool_error, transport, timeout, auth, protocol,
 	// invalid_response, cancelled, interrupted, denied, approval_expired, server_busy, or the refusal type
 	// of a precondition that no longer held at approval. Null while the call has not ended.
@@ -377,7 +376,7 @@ type RunEventJSON struct {
 
 func runEventJSON(e persistence.RunEvent) RunEventJSON {
 	return RunEventJSON{EventID: e.EventID, RunID: e.RunID, Kind: e.Kind, CallID: e.CallID, ServerID: e.ServerID,
-		Tool: strOrNil(e.Tool), State: strOrNil(e.State), OutcomeClass: strOrNil(e.OutcomeClass), LatencyMS: e.LatencyMS,
+		Tool: strOrNil(e.Tool), State: strOrNil(string(e.State)), OutcomeClass: strOrNil(e.OutcomeClass), LatencyMS: e.LatencyMS,
 		Detail: strOrNil(e.Detail), At: e.At.UTC()}
 }
 

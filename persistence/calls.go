@@ -11,16 +11,62 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The states of a tool call (mcp_calls.state). A call's state only moves forward (the table's trigger
-// refuses anything else); the last four are terminal.
+// CallState is the state of a tool call (mcp_calls.state): one of the six constants below, a closed set
+// that the table's CHECK constraint repeats. A call's state only moves forward (CanMoveTo, which the
+// table's trigger enforces too); the last four are terminal.
+type CallState string
+
+// The states of a tool call.
 const (
-	CallAwaitingApproval = "awaiting_approval"
-	CallRunning          = "running"
-	CallSucceeded        = "succeeded"
-	CallFailed           = "failed"
-	CallDenied           = "denied"
-	CallCancelled        = "cancelled"
+	CallAwaitingApproval CallState = "awaiting_approval"
+	CallRunning          CallState = "running"
+	CallSucceeded        CallState = "succeeded"
+	CallFailed           CallState = "failed"
+	CallDenied           CallState = "denied"
+	CallCancelled        CallState = "cancelled"
 )
+
+// CallStates returns every call state, in the order a call can reach them (a new slice each time).
+func CallStates() []CallState {
+	return []CallState{CallAwaitingApproval, CallRunning, CallSucceeded, CallFailed, CallDenied, CallCancelled}
+}
+
+// ParseCallState returns the call state named s, or false if s names none.
+func ParseCallState(s string) (CallState, bool) {
+	st := CallState(s)
+	return st, st.Valid()
+}
+
+// Valid reports whether s is one of the call states.
+func (s CallState) Valid() bool {
+	switch s {
+	case CallAwaitingApproval, CallRunning, CallSucceeded, CallFailed, CallDenied, CallCancelled:
+		return true
+	}
+	return false
+}
+
+// Finished reports whether s is terminal: succeeded, failed, denied or cancelled.
+func (s CallState) Finished() bool {
+	switch s {
+	case CallSucceeded, CallFailed, CallDenied, CallCancelled:
+		return true
+	}
+	return false
+}
+
+// CanMoveTo reports whether a call in state s may move to next: a parked call to running, denied,
+// failed or cancelled; a running one to running (its start stamped), succeeded, failed or cancelled;
+// a finished one nowhere. It is the rule of the mcp_calls_forward trigger.
+func (s CallState) CanMoveTo(next CallState) bool {
+	switch s {
+	case CallAwaitingApproval:
+		return next == CallRunning || next == CallDenied || next == CallFailed || next == CallCancelled
+	case CallRunning:
+		return next == CallRunning || next == CallSucceeded || next == CallFailed || next == CallCancelled
+	}
+	return false
+}
 
 // The kinds of run event (mcp_run_events.kind).
 const (
@@ -68,7 +114,7 @@ type Call struct {
 	Tool           string
 	Arguments      json.RawMessage
 	IdempotencyKey string // "" when none was given
-	State          string
+	State          CallState
 	OutcomeClass   string // "" until the call ends
 	Reason         string
 	Result         *CallResult // nil until the call ends
@@ -85,16 +131,7 @@ type Call struct {
 }
 
 // Finished reports whether the call is in a terminal state.
-func (c Call) Finished() bool { return CallStateFinished(c.State) }
-
-// CallStateFinished reports whether state is terminal.
-func CallStateFinished(state string) bool {
-	switch state {
-	case CallSucceeded, CallFailed, CallDenied, CallCancelled:
-		return true
-	}
-	return false
-}
+func (c Call) Finished() bool { return c.State.Finished() }
 
 // RunEvent is a row of mcp_run_events.
 type RunEvent struct {
@@ -105,7 +142,7 @@ type RunEvent struct {
 	CallID       *uuid.UUID
 	ServerID     *uuid.UUID
 	Tool         string
-	State        string
+	State        CallState // "" for a refusal: no call exists
 	OutcomeClass string
 	LatencyMS    *int64
 	Detail       string
@@ -245,7 +282,7 @@ func callByKey(ctx context.Context, tx pgx.Tx, runID, key string) (Call, error) 
 
 // CallFilter selects calls of a tenant, newest first.
 type CallFilter struct {
-	State string // "" for any
+	State CallState // "" for any
 	RunID string // "" for any
 	Limit int    // at most 500; default 100
 }
@@ -359,8 +396,8 @@ func (s *Store) CreateCall(ctx context.Context, c Call, defaultBudget int) (Call
 // events, in one statement.
 type CallTransition struct {
 	CallID       uuid.UUID
-	From         string
-	State        string
+	From         CallState
+	State        CallState
 	OutcomeClass string
 	Reason       string
 	Result       *CallResult

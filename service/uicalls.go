@@ -53,7 +53,7 @@ func (c uiCalls) Decide(ctx context.Context, p persistence.Principal, callID uui
 	var se *gateway.StateError
 	switch {
 	case err == nil:
-		return call.State, nil
+		return string(call.State), nil
 	case errors.As(err, &se), errors.Is(err, gateway.ErrApprovalExpired):
 		return "", fmt.Errorf("%w: %v", ui.ErrNotParked, err)
 	case errors.Is(err, gateway.ErrNotFound):
@@ -72,7 +72,7 @@ func (c uiCalls) RecentEvents(ctx context.Context, tenantID, serverID uuid.UUID,
 	}
 	out := make([]ui.CallEvent, len(evs))
 	for i, e := range evs {
-		out[i] = ui.CallEvent{EventID: fmt.Sprint(e.EventID), Kind: e.Kind, RunID: e.RunID, Tool: e.Tool, State: e.State,
+		out[i] = ui.CallEvent{EventID: fmt.Sprint(e.EventID), Kind: e.Kind, RunID: e.RunID, Tool: e.Tool, State: string(e.State),
 			OutcomeClass: e.OutcomeClass, LatencyMS: e.LatencyMS, At: e.At}
 		if e.CallID != nil {
 			out[i].CallID = *e.CallID
