@@ -101,9 +101,9 @@ func (g *Gateway) await(ctx context.Context, tenantID, callID uuid.UUID, f *infl
 type outcome struct {
 	state         persistence.CallState
 	class, reason string
-	result               persistence.CallResult
-	latencyMS            *int64
-	kind                 string
+	result        persistence.CallResult
+	latencyMS     *int64
+	kind          string
 }
 
 // execute waits for a slot of the call's server, records the start, sends the call once, and records

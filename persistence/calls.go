@@ -283,8 +283,8 @@ func callByKey(ctx context.Context, tx pgx.Tx, runID, key string) (Call, error) 
 // CallFilter selects calls of a tenant, newest first.
 type CallFilter struct {
 	State CallState // "" for any
-	RunID string // "" for any
-	Limit int    // at most 500; default 100
+	RunID string    // "" for any
+	Limit int       // at most 500; default 100
 }
 
 // ListCalls returns calls of tenantID matching f, newest first.
