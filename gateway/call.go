@@ -5,16 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/mcpfleet/mcpfleet/health"
-	"github.com/mcpfleet/mcpfleet/mcpclient"
-	"github.com/mcpfleet/mcpfleet/mcpclient/toolschema"
 	"github.com/mcpfleet/mcpfleet/persistence"
-	"github.com/mcpfleet/mcpfleet/remote"
 )
 
 // The refusal types: the last path segment of the problem type, and the outcome_class of the call.refused
@@ -109,7 +104,7 @@ func (g *Gateway) Call(ctx context.Context, req Request) (persistence.Call, erro
 	if err != nil {
 		return persistence.Call{}, err
 	}
-	args, ref := g.check(t, req.Arguments)
+	args, ref := preconditions(t, req.Arguments, g.caller.CheckCall, g.cfg.RetryAfter)
 	if ref != nil {
 		return persistence.Call{}, g.refuse(ctx, req, &t, ref)
 	}
@@ -123,12 +118,7 @@ func (g *Gateway) Call(ctx context.Context, req Request) (persistence.Call, erro
 		Tool: t.Skill.Name, Arguments: rawArgs, IdempotencyKey: req.IdempotencyKey, State: persistence.CallRunning,
 		RequestedBy: req.RequestedBy, CreatedAt: now,
 	}
-	// The approval requirement is the server's configuration alone: nothing the server declares about
-	// its tools is read here.
-	if t.Config.RequiresApproval {
-		expires := now.Add(g.cfg.ApprovalWindow)
-		call.State, call.ApprovalExpiresAt = persistence.CallAwaitingApproval, &expires
-	}
+	call.State, call.ApprovalExpiresAt = initialState(t.Config, now, g.cfg.ApprovalWindow)
 	// Registered before it is committed, so a cancel that arrives right after the commit finds it.
 	var f *inflight
 	var cctx context.Context
@@ -146,8 +136,7 @@ func (g *Gateway) Call(ctx context.Context, req Request) (persistence.Call, erro
 	var be *persistence.BudgetError
 	switch {
 	case errors.As(err, &be):
-		return persistence.Call{}, g.refuse(ctx, req, &t, &Refusal{Type: RefusedBudgetExhausted, Limit: be.Limit, Used: be.Used,
-			Detail: fmt.Sprintf("run %q has made the %d remote calls a run may make: this call was refused and the server was not asked", req.RunID, be.Limit)})
+		return persistence.Call{}, g.refuse(ctx, req, &t, budgetRefusal(req.RunID, be))
 	case errors.Is(err, persistence.ErrNotFound):
 		return persistence.Call{}, g.refuse(ctx, req, &t, &Refusal{Type: RefusedSkillNotFound, Detail: "the skill's server is gone from this tenant"})
 	case err != nil:
@@ -167,119 +156,10 @@ func (g *Gateway) Call(ctx context.Context, req Request) (persistence.Call, erro
 // replay answers a request whose Idempotency-Key the run already used: the call it made, as it stands
 // (waiting for it if this process is running it). A different call under the same key is ErrKeyReused.
 func (g *Gateway) replay(ctx context.Context, req Request, c persistence.Call) (persistence.Call, error) {
-	same := c.Tool != "" && (req.SkillID == uuid.Nil && c.ServerID == req.ServerID && c.Tool == req.Tool ||
-		req.SkillID != uuid.Nil && c.SkillID != nil && *c.SkillID == req.SkillID)
-	if same {
-		a, errA := canonical(req.Arguments)
-		b, errB := canonical(c.Arguments)
-		same = errA == nil && errB == nil && reflect.DeepEqual(a, b)
-	}
-	if !same {
+	if !sameCall(req, c) {
 		return persistence.Call{}, ErrKeyReused
 	}
 	return g.await(ctx, req.TenantID, c.CallID, g.lookup(c.CallID))
-}
-
-// canonical decodes arguments for comparison (numbers by value).
-func canonical(raw json.RawMessage) (any, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return map[string]any{}, nil
-	}
-	var v any
-	err := json.Unmarshal(raw, &v)
-	return v, err
-}
-
-// check applies the preconditions to target and returns the decoded arguments, or the refusal.
-func (g *Gateway) check(t persistence.CallTarget, raw json.RawMessage) (map[string]any, *Refusal) {
-	k, srv, cfg := t.Skill, t.Server, t.Config
-	name := fmt.Sprintf("tool %q of server %q", k.Name, srv.ModuleName)
-	if !k.Enabled {
-		return nil, &Refusal{Type: RefusedSkillDisabled, Detail: name + " is disabled: enable it first (POST /v1/mcp/skills/" + k.SkillID.String() + "/enable)"}
-	}
-	if r := g.unavailable(t, name); r != nil {
-		return nil, r
-	}
-	if !cfg.Enabled {
-		return nil, &Refusal{Type: RefusedServerDisabled, Detail: fmt.Sprintf("server %q is disabled: enable it first (PATCH /v1/mcp/servers/%s)", srv.ModuleName, srv.ServerID)}
-	}
-	if cfg.DataClass == "" {
-		return nil, &Refusal{Type: RefusedNoDataClass, Detail: fmt.Sprintf("server %q declares no data class, so it supplies nothing: set data_class (PATCH /v1/mcp/servers/%s) first", srv.ModuleName, srv.ServerID)}
-	}
-	if err := g.caller.CheckCall(cfg); err != nil {
-		return nil, thisSideRefusal(srv, err)
-	}
-	args, err := decodeArgs(raw)
-	if err != nil {
-		return nil, &Refusal{Type: RefusedInvalidArguments, Detail: "arguments must be a JSON object"}
-	}
-	schema, err := toolschema.Normalize(k.InputSchema)
-	if err != nil {
-		return nil, &Refusal{Type: RefusedSchemaUnsupported, Detail: name + " has an input schema outside the supported subset, so its arguments cannot be checked: import the server's catalogue again"}
-	}
-	if err := toolschema.Validate(schema, args); err != nil {
-		var fe *toolschema.FieldError
-		if errors.As(err, &fe) {
-			detail := "the arguments do not match the input schema of " + name + ": " + fe.Error()
-			return nil, &Refusal{Type: RefusedInvalidArguments, Field: fe.Field, Detail: detail}
-		}
-		return nil, &Refusal{Type: RefusedInvalidArguments, Detail: "the arguments cannot be checked against the input schema of " + name}
-	}
-	return args, nil
-}
-
-// unavailable is the skill_unavailable refusal of a skill that cannot be called now, with since when and
-// how long waiting may take; nil when the skill is available.
-func (g *Gateway) unavailable(t persistence.CallTarget, name string) *Refusal {
-	k, srv := t.Skill, t.Server
-	since := k.UpdatedAt
-	r := &Refusal{Type: RefusedSkillUnavailable}
-	switch {
-	case k.OrphanedAt != nil:
-		since = *k.OrphanedAt
-		r.Detail = name + " is no longer in the server's catalogue: import it again if the server offers it again"
-	case srv.Status == health.Deregistered:
-		if srv.DeregisteredAt != nil {
-			since = *srv.DeregisteredAt
-		}
-		r.Detail = fmt.Sprintf("server %q deregistered: %s is unavailable until it registers again", srv.ModuleName, name)
-	case srv.Status == health.Unhealthy:
-		if t.UnhealthySince != nil {
-			since = *t.UnhealthySince
-		}
-		r.RetryAfter = g.cfg.RetryAfter
-		r.Detail = fmt.Sprintf("server %q is unhealthy: %s is unavailable until the server shows it is alive again", srv.ModuleName, name)
-	case !k.Available:
-		r.RetryAfter = g.cfg.RetryAfter
-		r.Detail = name + " is unavailable"
-	default:
-		return nil
-	}
-	s := since.UTC()
-	r.Since = &s
-	return r
-}
-
-// thisSideRefusal is the refusal of a call this side cannot make (remote.Service.CheckCall's errors).
-func thisSideRefusal(srv persistence.Server, err error) *Refusal {
-	var au *remote.AuthUnsupportedError
-	var ee *mcpclient.EndpointError
-	id := srv.ServerID.String()
-	switch {
-	case errors.Is(err, remote.ErrNoEndpoint):
-		return &Refusal{Type: RefusedNoEndpoint, Detail: fmt.Sprintf("server %q has no endpoint to call: set one (PATCH /v1/mcp/servers/%s)", srv.ModuleName, id)}
-	case errors.As(err, &au):
-		return &Refusal{Type: RefusedAuthUnsupported, Detail: fmt.Sprintf("the stored authentication mode %q of server %q is not one this client offers (bearer, header): fix it with PATCH /v1/mcp/servers/%s", au.Mode, srv.ModuleName, id)}
-	case errors.Is(err, remote.ErrCredentialUnreadable):
-		return &Refusal{Type: RefusedCredentialUnreadable, Detail: fmt.Sprintf("the stored credential of server %q cannot be opened with the configured secret key: set it again with PATCH /v1/mcp/servers/%s", srv.ModuleName, id)}
-	case errors.Is(err, remote.ErrNoSecretKey):
-		return &Refusal{Type: RefusedSecretKeyMissing, Detail: "this service has no MCPFLEET_SECRET_KEY, so it cannot use the server's credential"}
-	case errors.As(err, &ee):
-		return &Refusal{Type: RefusedEndpointRefused, Detail: ee.Error() + " (MCPFLEET_ENDPOINT_ALLOWLIST lists the exceptions)"}
-	case errors.Is(err, mcpclient.ErrEndpointRefused):
-		return &Refusal{Type: RefusedEndpointRefused, Detail: "the server's endpoint is refused by the endpoint policy"}
-	}
-	return &Refusal{Type: RefusedEndpointRefused, Detail: "the server cannot be called from this service"}
 }
 
 // refuse records r in the run's events (call.refused) and returns it. If it cannot be recorded the

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,15 +53,13 @@ func (g *Gateway) List(ctx context.Context, tenantID uuid.UUID, f persistence.Ca
 	return out, nil
 }
 
-// due reports whether c is parked past its approval window.
-func (g *Gateway) due(c persistence.Call) bool {
-	return c.State == persistence.CallAwaitingApproval && c.ApprovalExpiresAt != nil && !g.now().Before(*c.ApprovalExpiresAt)
-}
+// due reports whether c is parked past its approval window now.
+func (g *Gateway) due(c persistence.Call) bool { return approvalDue(c, g.now()) }
 
 // expire fails the parked call c whose window closed, and returns it as it then stands.
 func (g *Gateway) expire(ctx context.Context, c persistence.Call) (persistence.Call, error) {
 	now := g.now()
-	reason, r := g.expiredResult(c)
+	reason, r := expiredResult(g.cfg.ApprovalWindow)(c)
 	done, err := g.store.TransitionCall(ctx, c.TenantID, persistence.CallTransition{
 		CallID: c.CallID, From: persistence.CallAwaitingApproval, State: persistence.CallFailed, OutcomeClass: "approval_expired",
 		Reason: reason, Result: &r, At: now, Kind: persistence.EventCallFailed, ExpiredAt: &now,
@@ -73,11 +70,6 @@ func (g *Gateway) expire(ctx context.Context, c persistence.Call) (persistence.C
 	return done, err
 }
 
-// expired reports whether c is a call whose approval window closed.
-func expired(c persistence.Call) bool {
-	return c.State == persistence.CallFailed && c.OutcomeClass == "approval_expired"
-}
-
 // parked reads callID for a decision: it must be awaiting approval with its window open. A closed window
 // fails the call and is ErrApprovalExpired; another state is a *StateError.
 func (g *Gateway) parked(ctx context.Context, tenantID, callID uuid.UUID, op string) (persistence.Call, error) {
@@ -85,13 +77,7 @@ func (g *Gateway) parked(ctx context.Context, tenantID, callID uuid.UUID, op str
 	if err != nil {
 		return persistence.Call{}, err
 	}
-	if expired(c) {
-		return c, ErrApprovalExpired
-	}
-	if c.State != persistence.CallAwaitingApproval {
-		return c, &StateError{Call: c, Op: op}
-	}
-	return c, nil
+	return c, decidable(c, op)
 }
 
 // decided re-reads a call a concurrent decision changed and returns the error that explains it.
@@ -100,7 +86,7 @@ func (g *Gateway) decided(ctx context.Context, c persistence.Call, op string) (p
 	if err != nil {
 		return persistence.Call{}, err
 	}
-	if expired(now) || g.due(now) {
+	if approvalExpired(now) || g.due(now) {
 		if g.due(now) {
 			if now, err = g.expire(ctx, now); err != nil {
 				return persistence.Call{}, err
@@ -111,13 +97,19 @@ func (g *Gateway) decided(ctx context.Context, c persistence.Call, op string) (p
 	return now, &StateError{Call: now, Op: op}
 }
 
-// Approve runs a parked call, by (the approving key): its preconditions are checked again — the skill,
-// the server and the arguments may have changed while it waited — and a call that no longer meets them
-// fails without being sent (outcome the refusal's type). It returns like Call. Errors: ErrNotFound,
-// ErrApprovalExpired (the call is now failed), *StateError, ErrStopping.
+// Approve runs a parked call, by (the approving key), which must not be the key that requested it
+// (four eyes): its preconditions are checked again — the skill, the server and the arguments may have
+// changed while it waited — and a call that no longer meets them fails without being sent (outcome the
+// refusal's type). It returns like Call. Errors: ErrNotFound, ErrApprovalExpired (the call is now
+// failed), *StateError, ErrSelfApproval (nothing changed: the call stays parked), ErrStopping.
 func (g *Gateway) Approve(ctx context.Context, tenantID, callID, by uuid.UUID) (persistence.Call, error) {
 	c, err := g.parked(ctx, tenantID, callID, "approve")
 	if err != nil {
+		return c, err
+	}
+	if err := mayApprove(c, by); err != nil {
+		g.log.WarnContext(ctx, "self-approval refused: the call stays parked for another administrator's key",
+			"call_id", c.CallID, "run_id", c.RunID, "key_id", by)
 		return c, err
 	}
 	var t persistence.CallTarget
@@ -134,7 +126,7 @@ func (g *Gateway) Approve(ctx context.Context, tenantID, callID, by uuid.UUID) (
 	case err != nil:
 		return persistence.Call{}, err
 	default:
-		args, ref = g.check(t, c.Arguments)
+		args, ref = preconditions(t, c.Arguments, g.caller.CheckCall, g.cfg.RetryAfter)
 	}
 	now := g.now()
 	if ref != nil {
@@ -170,7 +162,8 @@ func (g *Gateway) Approve(ctx context.Context, tenantID, callID, by uuid.UUID) (
 }
 
 // Deny refuses a parked call, by (the denying key): it ends as denied, a failed tool result, never
-// sent. Errors: ErrNotFound, ErrApprovalExpired, *StateError.
+// sent. The requesting key may deny its own call: withdrawing a call needs no second pair of eyes.
+// Errors: ErrNotFound, ErrApprovalExpired, *StateError.
 func (g *Gateway) Deny(ctx context.Context, tenantID, callID, by uuid.UUID) (persistence.Call, error) {
 	c, err := g.parked(ctx, tenantID, callID, "deny")
 	if err != nil {
@@ -285,27 +278,19 @@ func (g *Gateway) Settings(ctx context.Context, tenantID uuid.UUID) (Settings, e
 	if err != nil {
 		return Settings{}, err
 	}
-	return g.settings(ts), nil
-}
-
-func (g *Gateway) settings(ts persistence.TenantSettings) Settings {
-	s := Settings{MaxCallsPerRun: g.cfg.MaxCallsPerRun, Default: g.cfg.MaxCallsPerRun, UpdatedAt: ts.UpdatedAt}
-	if ts.MaxCallsPerRun != nil {
-		s.MaxCallsPerRun, s.TenantSet = *ts.MaxCallsPerRun, true
-	}
-	return s
+	return effectiveSettings(ts, g.cfg.MaxCallsPerRun), nil
 }
 
 // SetMaxCallsPerRun sets tenantID's budget of calls per run (1 to MaxCallsPerRunLimit), or with nil
 // returns it to the service's default. It applies to the next call of every run, including runs under
 // way.
 func (g *Gateway) SetMaxCallsPerRun(ctx context.Context, tenantID uuid.UUID, n *int) (Settings, error) {
-	if n != nil && (*n < 1 || *n > MaxCallsPerRunLimit) {
-		return Settings{}, fmt.Errorf("max_calls_per_run must be from 1 to %d", MaxCallsPerRunLimit)
+	if err := validBudget(n); err != nil {
+		return Settings{}, err
 	}
 	ts, err := g.store.SetMaxCallsPerRun(ctx, tenantID, n, g.now())
 	if err != nil {
 		return Settings{}, err
 	}
-	return g.settings(ts), nil
+	return effectiveSettings(ts, g.cfg.MaxCallsPerRun), nil
 }

@@ -3,12 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -117,15 +115,13 @@ func (g *Gateway) execute(ctx context.Context, call persistence.Call, t persiste
 		wait.Stop()
 	case <-ctx.Done():
 		wait.Stop()
-		return g.finish(ctx, call, g.unsent(ctx, call))
+		return g.finish(ctx, call, unsent(call, context.Cause(ctx)))
 	case <-wait.C:
-		reason := fmt.Sprintf("%d calls to server %q were already in flight and none ended within %s: this call was not sent, the server was not asked",
-			g.cfg.CallsPerServer, call.ServerName, g.cfg.QueueTimeout)
-		return g.finish(ctx, call, failed(call, "server_busy", reason))
+		return g.finish(ctx, call, busy(call, g.cfg.CallsPerServer, g.cfg.QueueTimeout))
 	}
 	defer func() { <-slot }()
 	if ctx.Err() != nil {
-		return g.finish(ctx, call, g.unsent(ctx, call))
+		return g.finish(ctx, call, unsent(call, context.Cause(ctx)))
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	started, err := g.store.StartCall(wctx, call.TenantID, call.CallID, g.now())
@@ -138,51 +134,9 @@ func (g *Gateway) execute(ctx context.Context, call persistence.Call, t persiste
 	start := time.Now()
 	res, err := g.caller.CallTool(ctx, t.Server, t.Config, call.Tool, args)
 	ms := time.Since(start).Milliseconds()
-	o := g.classify(ctx, call, res, err)
+	o := classify(call, context.Cause(ctx), res, err)
 	o.latencyMS = &ms
 	return g.finish(ctx, call, o)
-}
-
-// classify turns what the MCP client answered into the call's outcome.
-func (g *Gateway) classify(ctx context.Context, call persistence.Call, res mcpclient.ToolResult, err error) outcome {
-	if err == nil {
-		shaped := mcpclient.ShapeResult(call.ServerName, res)
-		r := persistence.CallResult{Content: shaped.Content, IsError: shaped.IsError, Dropped: shaped.Dropped, Truncated: shaped.Truncated}
-		if !res.IsError {
-			return outcome{state: persistence.CallSucceeded, class: "ok", result: r, kind: persistence.EventCallSucceeded}
-		}
-		note := fmt.Sprintf("[mcpfleet: server %q answered that tool %q failed]", call.ServerName, call.Tool)
-		r.Content, r.Truncated = cut(note+"\n"+r.Content, r.Truncated)
-		return outcome{state: persistence.CallFailed, class: "tool_error", reason: fmt.Sprintf("server %q answered that the tool failed (isError)", call.ServerName),
-			result: r, kind: persistence.EventCallFailed}
-	}
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errCancelled):
-		reason := "cancelled by an administrator while in flight: the server was told to cancel it (notifications/cancelled) and may already have acted on it; it is never re-sent"
-		return outcome{state: persistence.CallCancelled, class: "cancelled", reason: reason, result: failedResult(call, "cancelled", reason), kind: persistence.EventCallCancelled}
-	case errors.Is(cause, errShutdown):
-		reason := "the service shut down while the call was in flight: the server was told to cancel it and may already have acted on it; it is never re-sent"
-		return failed(call, "interrupted", reason)
-	}
-	var me *mcpclient.Error
-	if errors.As(err, &me) {
-		return failed(call, string(me.Class), me.Reason)
-	}
-	r := thisSideRefusal(persistence.Server{ServerID: call.ServerID, ModuleName: call.ServerName}, err)
-	return failed(call, r.Type, r.Detail+"; the server was not asked")
-}
-
-// unsent is the outcome of a call cancelled before it was sent.
-func (g *Gateway) unsent(ctx context.Context, call persistence.Call) outcome {
-	if errors.Is(context.Cause(ctx), errShutdown) {
-		return failed(call, "interrupted", "the service shut down before the call was sent: the server was not asked")
-	}
-	reason := "cancelled by an administrator before it was sent: the server was not asked"
-	return outcome{state: persistence.CallCancelled, class: "cancelled", reason: reason, result: failedResult(call, "cancelled", reason), kind: persistence.EventCallCancelled}
-}
-
-func failed(call persistence.Call, class, reason string) outcome {
-	return outcome{state: persistence.CallFailed, class: class, reason: reason, result: failedResult(call, class, reason), kind: persistence.EventCallFailed}
 }
 
 // finish records how the running call ended, retrying a transient failure for a few seconds. The

@@ -9,7 +9,9 @@
 //
 // A server that requires approval (the default, and nothing the server declares can waive it) has its
 // calls parked as awaiting_approval until an administrator approves or denies them; a denial and an
-// approval window that closes are failed tool results. An accepted call runs in a goroutine of the
+// approval window that closes are failed tool results. Four eyes: the key that approves a call is never
+// the key that requested it (a dashboard session is the key it was signed in with); the requester may
+// deny or cancel its own call. An accepted call runs in a goroutine of the
 // gateway, never in an actor's mailbox, once a slot of its server is free (a per-server bound on calls in
 // flight), under one deadline; the answer is shaped (text only, notes first, bounded) and every failure —
 // the tool's isError or the call's own — is a failed tool result naming the server: the call's state is
@@ -159,6 +161,9 @@ var (
 	ErrApprovalExpired = errors.New("the approval window of the call closed")
 	// ErrUnavailable: the database could not record what the operation needs; nothing was sent.
 	ErrUnavailable = errors.New("the call could not be recorded")
+	// ErrSelfApproval: the approving key is the key that requested the call (four eyes); the call stays
+	// parked for another administrator's key.
+	ErrSelfApproval = errors.New("a call cannot be approved with the key that requested it")
 )
 
 // StateError is an operation on a call that is not in a state it applies to (approving a call that is
@@ -288,7 +293,7 @@ func (g *Gateway) ExpireApprovals(ctx context.Context) error {
 	}
 	now := g.now()
 	for _, t := range tenants {
-		expired, err := g.store.ExpireApprovals(ctx, t, now, g.expiredResult)
+		expired, err := g.store.ExpireApprovals(ctx, t, now, expiredResult(g.cfg.ApprovalWindow))
 		if err != nil {
 			return err
 		}

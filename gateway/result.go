@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient"
@@ -30,10 +31,12 @@ func cut(content string, truncated bool) (string, bool) {
 	return content[:n], true
 }
 
-// expiredResult is the outcome of a call nobody approved in time.
-func (g *Gateway) expiredResult(c persistence.Call) (string, persistence.CallResult) {
-	reason := fmt.Sprintf("nobody approved the call within its approval window (%s): it was not sent, the server was not asked", g.cfg.ApprovalWindow)
-	return reason, failedResult(c, "approval_expired", reason)
+// expiredResult is the outcome of a call nobody approved within its approval window.
+func expiredResult(window time.Duration) func(persistence.Call) (string, persistence.CallResult) {
+	return func(c persistence.Call) (string, persistence.CallResult) {
+		reason := fmt.Sprintf("nobody approved the call within its approval window (%s): it was not sent, the server was not asked", window)
+		return reason, failedResult(c, "approval_expired", reason)
+	}
 }
 
 // interruptedResult is the outcome of a call a previous process left running.

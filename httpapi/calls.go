@@ -437,6 +437,9 @@ func callError(err error) error {
 		p := problem(http.StatusConflict, slug, detail)
 		p.Extra = map[string]any{"call_id": se.Call.CallID, "state": se.Call.State}
 		return p
+	case errors.Is(err, gateway.ErrSelfApproval):
+		return problem(http.StatusForbidden, "self_approval", "a call cannot be approved with the key that requested it: "+
+			"another administrator's key must approve it (you may deny or cancel your own call)")
 	case errors.Is(err, gateway.ErrApprovalExpired):
 		return problem(http.StatusConflict, "approval_expired", "the call's approval window closed before it was approved: it failed and was never sent")
 	case errors.Is(err, gateway.ErrKeyReused):

@@ -311,18 +311,34 @@ func (s *Store) ServerHistory(ctx context.Context, tenantID, serverID uuid.UUID,
 	return out, nil
 }
 
-// RecentRunEvents returns the newest limit run events of tenantID, newest first: of one server, or of
-// every server when serverID is uuid.Nil (the dashboard's list of recent calls).
-func (s *Store) RecentRunEvents(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]RunEvent, error) {
-	var out []RunEvent
+// RecentCallEvent is a run event with the keys of its call: who requested it and who decided it (nil
+// for a refusal, which made no call, and DecidedBy nil for a call nobody decided).
+type RecentCallEvent struct {
+	RunEvent
+	RequestedBy, DecidedBy *uuid.UUID
+}
+
+// RecentRunEvents returns the newest limit run events of tenantID, newest first, with the keys of their
+// calls: of one server, or of every server when serverID is uuid.Nil (the dashboard's list of recent
+// calls).
+func (s *Store) RecentRunEvents(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]RecentCallEvent, error) {
+	var out []RecentCallEvent
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+runEventColumns+` FROM mcp_run_events
-			WHERE $1 = '00000000-0000-0000-0000-000000000000'::uuid OR server_id = $1
-			ORDER BY event_id DESC LIMIT $2`, serverID, limit)
+		rows, err := tx.Query(ctx, `SELECT e.event_id, e.tenant_id, e.run_id, e.kind, e.call_id, e.server_id, coalesce(e.tool, ''),
+				coalesce(e.state, ''), coalesce(e.outcome_class, ''), e.latency_ms, coalesce(e.detail, ''), e.occurred_at,
+				c.requested_by, c.decided_by
+			FROM mcp_run_events e LEFT JOIN mcp_calls c ON c.call_id = e.call_id
+			WHERE $1 = '00000000-0000-0000-0000-000000000000'::uuid OR e.server_id = $1
+			ORDER BY e.event_id DESC LIMIT $2`, serverID, limit)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunEvent, error) { return scanRunEvent(r) })
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentCallEvent, error) {
+			var e RecentCallEvent
+			err := r.Scan(&e.EventID, &e.TenantID, &e.RunID, &e.Kind, &e.CallID, &e.ServerID, &e.Tool, &e.State,
+				&e.OutcomeClass, &e.LatencyMS, &e.Detail, &e.At, &e.RequestedBy, &e.DecidedBy)
+			return e, err
+		})
 		return err
 	})
 	if err != nil {

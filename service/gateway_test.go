@@ -483,6 +483,44 @@ func TestGatewayApproval(t *testing.T) {
 	}
 }
 
+// Four eyes: the key that requested a call cannot approve it — 403 self_approval, the call stays parked
+// and unsent — another admin key can, and both keys are on the call; the requester may still deny or
+// cancel its own call.
+func TestGatewayFourEyes(t *testing.T) {
+	h := newHarness(t, withMCP)
+	srv := mcptest.Tools(t)
+	_, skills := h.gatewayServer("tools", srv.URL, true, "text")
+	c := decodeCall(t, h.postCall(callBody("run-4", skills["text"].SkillID, nil)))
+	wantProblem(t, h.do("POST", "/v1/mcp/calls/"+c.CallID+"/approve", h.adminKey(), nil), 403, "self_approval")
+	if got := h.getCall(c.CallID); got.State != "awaiting_approval" || got.DecidedBy != nil {
+		t.Fatalf("a refused self-approval changed the call: %+v", got)
+	}
+	if n := srv.Calls("text"); n != 0 {
+		t.Fatalf("a self-approved call reached the server %d times", n)
+	}
+	r := h.callDecision(c.CallID, "approve")
+	a := decodeCall(t, r)
+	if r.status != 200 || a.State != "succeeded" || a.RequestedBy != c.RequestedBy || a.DecidedBy == nil || *a.DecidedBy == a.RequestedBy {
+		t.Fatalf("approved by the other admin key: %d %+v", r.status, a)
+	}
+	if l := h.listCalls("run_id=run-4"); len(l) != 1 || l[0].RequestedBy != c.RequestedBy || l[0].DecidedBy == nil || *l[0].DecidedBy != *a.DecidedBy {
+		t.Fatalf("listed %+v", l)
+	}
+	// The requester withdraws its own calls: denying and cancelling need no second pair of eyes.
+	d := decodeCall(t, h.postCall(callBody("run-4", skills["text"].SkillID, nil)))
+	r = h.do("POST", "/v1/mcp/calls/"+d.CallID+"/deny", h.adminKey(), nil)
+	if d = decodeCall(t, r); r.status != 200 || d.State != "denied" || d.DecidedBy == nil || *d.DecidedBy != d.RequestedBy {
+		t.Fatalf("the requester denies its own call: %d %+v", r.status, d)
+	}
+	x := decodeCall(t, h.postCall(callBody("run-4", skills["text"].SkillID, nil)))
+	if r := h.do("POST", "/v1/mcp/calls/"+x.CallID+"/cancel", h.adminKey(), nil); r.status != 200 || decodeCall(t, r).State != "cancelled" {
+		t.Fatalf("the requester cancels its own call: %d %s", r.status, r.body)
+	}
+	if n := srv.Calls("text"); n != 1 {
+		t.Errorf("text arrived %d times, want 1", n)
+	}
+}
+
 // The approval window is configurable; approval re-checks the preconditions; a parked call survives a
 // restart and is approved once.
 func TestGatewayApprovalWindowAndRecheck(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
+	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -141,9 +142,24 @@ func (h *harness) getCall(id string) callView {
 	return decodeCall(h.t, r)
 }
 
+// callDecision approves, denies or cancels call id with the approver's key: postCall asks with
+// adminKey, and a key never approves its own call.
 func (h *harness) callDecision(id, op string) response {
 	h.t.Helper()
-	return h.do("POST", "/v1/mcp/calls/"+id+"/"+op, h.adminKey(), nil)
+	return h.do("POST", "/v1/mcp/calls/"+id+"/"+op, h.approverKey(), nil)
+}
+
+// approverKey is a second admin key of the tenant (not safe for concurrent first use).
+func (h *harness) approverKey() string {
+	h.t.Helper()
+	if h.approver == "" {
+		k, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.approver = k.APIKey
+	}
+	return h.approver
 }
 
 func (h *harness) listCalls(query string) []callView {

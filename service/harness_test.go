@@ -29,6 +29,8 @@ type harness struct {
 	tenant uuid.UUID
 	keys   map[persistence.Role]string
 	admin  *persistence.Admin
+	// approver is a second admin key of the tenant, made on first use (approverKey).
+	approver string
 }
 
 type harnessOpt func(*service.Config, *service.Options)

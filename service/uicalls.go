@@ -36,7 +36,7 @@ func (c uiCalls) AwaitingApproval(ctx context.Context, tenantID, serverID uuid.U
 			continue
 		}
 		out = append(out, ui.ParkedCall{CallID: k.CallID, RunID: k.RunID, ServerID: k.ServerID, ModuleName: k.ServerName,
-			Tool: k.Tool, Arguments: k.Arguments, RequestedAt: k.CreatedAt, ExpiresAt: k.ApprovalExpiresAt})
+			Tool: k.Tool, Arguments: k.Arguments, RequestedBy: k.RequestedBy, RequestedAt: k.CreatedAt, ExpiresAt: k.ApprovalExpiresAt})
 	}
 	return out, nil
 }
@@ -54,6 +54,8 @@ func (c uiCalls) Decide(ctx context.Context, p persistence.Principal, callID uui
 	switch {
 	case err == nil:
 		return string(call.State), nil
+	case errors.Is(err, gateway.ErrSelfApproval):
+		return "", fmt.Errorf("%w: %v", ui.ErrSelfApproval, err)
 	case errors.As(err, &se), errors.Is(err, gateway.ErrApprovalExpired):
 		return "", fmt.Errorf("%w: %v", ui.ErrNotParked, err)
 	case errors.Is(err, gateway.ErrNotFound):
@@ -80,6 +82,7 @@ func (c uiCalls) RecentEvents(ctx context.Context, tenantID, serverID uuid.UUID,
 		if e.ServerID != nil {
 			out[i].ServerID = *e.ServerID
 		}
+		out[i].RequestedBy, out[i].DecidedBy = e.RequestedBy, e.DecidedBy
 	}
 	return out, nil
 }

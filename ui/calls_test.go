@@ -3,7 +3,10 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 	"github.com/mcpfleet/mcpfleet/remote"
@@ -146,4 +150,88 @@ func TestApprovals(t *testing.T) {
 	if p := calls.by[approveID]; p.TenantID != tenant || p.Role != persistence.RoleAdmin {
 		t.Fatalf("decided by %+v", p)
 	}
+}
+
+// Against the real gateway: an operator's dashboard shows nothing of calls — no parked call, argument,
+// result or run event — as the API keeps calls admin only; an administrator sees them with the keys that
+// requested and decided them, cannot approve a call its own key requested (four eyes), may deny it, and
+// approves the agent's call.
+func TestCallsFourEyesAndOperators(t *testing.T) {
+	e := newEnv(t)
+	id := e.configure("modern", mcptest.Modern(t).URL, "internal") // requires approval, as every new server
+	admin := e.keys[persistence.RoleAdmin]
+	if st, m := e.api("POST", "/v1/mcp/servers/"+id+"/import", admin, nil); st != http.StatusOK {
+		t.Fatalf("import: %d %v", st, m)
+	}
+	skill := skillID(t, e, id, "echo")
+	if st, m := e.api("POST", "/v1/mcp/skills/"+skill+"/enable", admin, nil); st != http.StatusOK {
+		t.Fatalf("enable: %d %v", st, m)
+	}
+	const secret = "quarterly-figures-7f3a"
+	agentCall := e.parkCall(skill, `{"text":"`+secret+`"}`)
+	ownCall := e.parkCallAs(admin, skill, `{"text":"own-`+secret+`"}`)
+	base := e.url()
+
+	op := newClient(t, base)
+	hidden := func(when string) {
+		t.Helper()
+		for _, path := range []string{"/ui/", "/ui/servers/" + id} {
+			st, page := op.get(path)
+			if st != http.StatusOK || !strings.Contains(page, "shown to administrators only") {
+				t.Fatalf("%s: an operator's %s: %d\n%s", when, path, st, page)
+			}
+			for _, leak := range []string{secret, agentCall, ownCall, "run-1", "Awaiting approval", "Recent calls", "data-call-id"} {
+				if strings.Contains(page, leak) {
+					t.Fatalf("%s: an operator's %s shows %q", when, path, leak)
+				}
+			}
+		}
+	}
+	page := op.signIn(e.keys[persistence.RoleOperator])
+	hidden("parked")
+	if st, _, _ := op.post("/ui/calls/"+agentCall+"/approve", url.Values{"csrf_token": {token(t, page)}, "return_to": {"/ui/"}}, "Origin", base); st != http.StatusForbidden {
+		t.Fatalf("an operator approves: %d", st)
+	}
+
+	adm := newClient(t, base)
+	page = adm.signIn(admin)
+	csrf := token(t, page)
+	if !strings.Contains(page, secret) {
+		t.Fatalf("the administrator does not see the agent's arguments:\n%s", page)
+	}
+	own := regexp.MustCompile(`(?s)<tr data-call-id="` + ownCall + `">.*?</tr>`).FindString(page)
+	if !strings.Contains(own, "(your key)") || !strings.Contains(own, "data-own-call") ||
+		!regexp.MustCompile(`<button type="submit" disabled[^>]*>Approve</button>`).MatchString(own) {
+		t.Fatalf("the administrator's own call is not marked as such, or its Approve is enabled:\n%s", own)
+	}
+	decide := func(call, op string) (int, string) {
+		t.Helper()
+		st, _, body := adm.post("/ui/calls/"+call+"/"+op, url.Values{"csrf_token": {csrf}, "return_to": {"/ui/"}}, "Origin", base)
+		return st, body
+	}
+	if st, body := decide(ownCall, "approve"); st != http.StatusForbidden || !strings.Contains(body, "another administrator") {
+		t.Fatalf("a self-approval through the dashboard: %d\n%s", st, body)
+	}
+	if st, m := e.api("GET", "/v1/mcp/calls/"+ownCall, admin, nil); st != http.StatusOK || m["state"] != "awaiting_approval" {
+		t.Fatalf("after a refused self-approval: %d %v", st, m)
+	}
+	if st, body := decide(agentCall, "approve"); st != http.StatusSeeOther {
+		t.Fatalf("approving the agent's call: %d\n%s", st, body)
+	}
+	if st, body := decide(ownCall, "deny"); st != http.StatusSeeOther {
+		t.Fatalf("denying one's own call: %d\n%s", st, body)
+	}
+	st, m := e.api("GET", "/v1/mcp/calls/"+agentCall, admin, nil)
+	if st != http.StatusOK || m["state"] != "succeeded" || m["decided_by"] == nil || m["decided_by"] == m["requested_by"] {
+		t.Fatalf("the agent's call: %d %v", st, m)
+	}
+	adminKeyID := m["decided_by"].(string)
+	if _, m := e.api("GET", "/v1/mcp/calls/"+ownCall, admin, nil); m["state"] != "denied" || m["requested_by"] != adminKeyID || m["decided_by"] != adminKeyID {
+		t.Fatalf("the denied own call: %v", m)
+	}
+	_, page = adm.get("/ui/")
+	if !strings.Contains(page, adminKeyID+" (your key)") || !strings.Contains(page, m["requested_by"].(string)) {
+		t.Fatalf("recent calls do not show who requested and decided:\n%s", page)
+	}
+	hidden("decided") // the answer (echo's text is the secret) stays hidden too
 }

@@ -32,6 +32,9 @@ type env struct {
 	admin  *persistence.Admin
 	tenant uuid.UUID
 	keys   map[persistence.Role]string
+	// agent is a second admin key of the tenant, made on first use (agentKey): the key the calls are
+	// requested with, so the admin key a test signs in with may approve them (four eyes).
+	agent string
 }
 
 const testSecretKey = "8c1f0e3a5b7d9f2143658709badcfe1032547698badcfe1032547698badcfe10"
@@ -206,17 +209,36 @@ func artifactDir(t testing.TB) string {
 
 func newLoopbackListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
-// parkCall asks the gateway for a call of skill with arguments (JSON) by the admin key, and returns
+// parkCall asks the gateway for a call of skill with arguments (JSON) by the agent's key, and returns
 // its call_id; the server requires approval, so the call is parked.
 func (e *env) parkCall(skill, arguments string) string {
 	e.t.Helper()
-	st, m := e.api("POST", "/v1/mcp/calls", e.keys[persistence.RoleAdmin], map[string]any{
+	return e.parkCallAs(e.agentKey(), skill, arguments)
+}
+
+// parkCallAs is parkCall with the requesting key.
+func (e *env) parkCallAs(key, skill, arguments string) string {
+	e.t.Helper()
+	st, m := e.api("POST", "/v1/mcp/calls", key, map[string]any{
 		"run_id": "run-1", "skill_id": skill, "arguments": json.RawMessage(arguments),
 	})
 	if st != http.StatusAccepted || m["state"] != "awaiting_approval" {
 		e.t.Fatalf("park a call: %d %v", st, m)
 	}
 	return m["call_id"].(string)
+}
+
+// agentKey is a second admin key of the tenant (not safe for concurrent first use).
+func (e *env) agentKey() string {
+	e.t.Helper()
+	if e.agent == "" {
+		k, err := e.admin.CreateAPIKey(context.Background(), e.tenant, persistence.RoleAdmin)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.agent = k.APIKey
+	}
+	return e.agent
 }
 
 // skillID returns the skill_id of tool on server.

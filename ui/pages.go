@@ -597,37 +597,47 @@ func (u *UI) setSkillEnabled(enabled bool) func(*gin.Context, *session) {
 // --- calls (issue 4) ---
 
 type parkedView struct {
-	ID        uuid.UUID
-	RunID     string
-	ServerID  uuid.UUID
-	Module    string
-	Tool      string
-	Arguments string
-	Requested string
-	Expires   string
+	ID          uuid.UUID
+	RunID       string
+	ServerID    uuid.UUID
+	Module      string
+	Tool        string
+	Arguments   string
+	RequestedBy string
+	Own         bool // requested by the session's own key: it may deny the call, never approve it
+	Requested   string
+	Expires     string
 }
 
 type callEventView struct {
-	At      string
-	Kind    string
-	Tool    string
-	State   string
-	Outcome string
-	Latency string
-	RunID   string
+	At          string
+	Kind        string
+	Tool        string
+	State       string
+	Outcome     string
+	Latency     string
+	RunID       string
+	RequestedBy string
+	DecidedBy   string
 }
 
+// callsView is what a page shows of the tool-call gateway. Calls are an administrator's, as in the API
+// (every /v1/mcp/calls and /v1/mcp/runs endpoint is admin only): an operator's page gets AdminOnly and
+// nothing else — no parked call, no argument, no result, no run event — and the gateway is not asked.
 type callsView struct {
-	Parked  []parkedView
-	Events  []callEventView
-	Problem string
-	Return  string // where a decision returns to
-	CSRF    string
-	Admin   bool
+	AdminOnly bool
+	Parked    []parkedView
+	Events    []callEventView
+	Problem   string
+	Return    string // where a decision returns to
+	CSRF      string
 }
 
 func (u *UI) callsView(ctx context.Context, s *session, serverID uuid.UUID, ret string) *callsView {
-	v := &callsView{Return: ret, CSRF: s.csrf(), Admin: s.p.Role == persistence.RoleAdmin}
+	if s.p.Role != persistence.RoleAdmin {
+		return &callsView{AdminOnly: true}
+	}
+	v := &callsView{Return: ret, CSRF: s.csrf()}
 	parked, err := u.deps.Calls.AwaitingApproval(ctx, s.p.TenantID, serverID, 50)
 	if err == nil {
 		var evs []CallEvent
@@ -638,7 +648,8 @@ func (u *UI) callsView(ctx context.Context, s *session, serverID uuid.UUID, ret 
 				lat = strconv.FormatInt(*e.LatencyMS, 10) + " ms"
 			}
 			v.Events = append(v.Events, callEventView{At: fmtTime(e.At), Kind: e.Kind, Tool: e.Tool, State: e.State,
-				Outcome: orDash(e.OutcomeClass), Latency: lat, RunID: e.RunID})
+				Outcome: orDash(e.OutcomeClass), Latency: lat, RunID: e.RunID,
+				RequestedBy: keyText(e.RequestedBy, s.p.KeyID), DecidedBy: keyText(e.DecidedBy, s.p.KeyID)})
 		}
 	}
 	if err != nil {
@@ -647,10 +658,22 @@ func (u *UI) callsView(ctx context.Context, s *session, serverID uuid.UUID, ret 
 	}
 	for _, p := range parked {
 		pv := parkedView{ID: p.CallID, RunID: p.RunID, ServerID: p.ServerID, Module: p.ModuleName, Tool: p.Tool,
-			Arguments: string(p.Arguments), Requested: fmtTime(p.RequestedAt), Expires: fmtTimePtr(p.ExpiresAt, "no expiry")}
+			Arguments: string(p.Arguments), RequestedBy: keyText(&p.RequestedBy, s.p.KeyID), Own: p.RequestedBy == s.p.KeyID,
+			Requested: fmtTime(p.RequestedAt), Expires: fmtTimePtr(p.ExpiresAt, "no expiry")}
 		v.Parked = append(v.Parked, pv)
 	}
 	return v
+}
+
+// keyText names an API key by its key_id, and the session's own key as such.
+func keyText(id *uuid.UUID, own uuid.UUID) string {
+	switch {
+	case id == nil || *id == uuid.Nil:
+		return "—"
+	case *id == own:
+		return id.String() + " (your key)"
+	}
+	return id.String()
 }
 
 var returnRE = regexp.MustCompile(`^/ui/(servers/[0-9a-f-]{36})?$`)
@@ -676,6 +699,9 @@ func (u *UI) decide(approve bool) func(*gin.Context, *session) {
 		state, err := u.deps.Calls.Decide(ctx, s.p, id, approve)
 		scope := strings.TrimPrefix(strings.TrimPrefix(ret, "/ui/"), "servers/")
 		switch {
+		case errors.Is(err, ErrSelfApproval):
+			u.fail(c, s, http.StatusForbidden, "You requested this call, so your key cannot approve it: another administrator's key must (four eyes). You may deny it.", nil)
+			return
 		case errors.Is(err, ErrNotParked):
 			u.flashes.put(s, scope, flash{Notice: "That call is no longer awaiting approval (decided, expired or cancelled).", Error: true})
 		case err != nil:

@@ -82,8 +82,9 @@ type Calls interface {
 	AwaitingApproval(ctx context.Context, tenantID, serverID uuid.UUID, limit int) ([]ParkedCall, error)
 	// Decide approves (approve true) or denies a parked call on behalf of p, an administrator, and
 	// returns the call's state after it (an approved call runs: its state may already be final). It
-	// returns persistence.ErrNotFound for a call of another tenant or none, and ErrNotParked for one
-	// that is no longer awaiting approval (decided, cancelled, or its approval window closed).
+	// returns persistence.ErrNotFound for a call of another tenant or none, ErrNotParked for one that
+	// is no longer awaiting approval (decided, cancelled, or its approval window closed), and
+	// ErrSelfApproval when p's key requested the call it would approve (four eyes; it stays parked).
 	Decide(ctx context.Context, p persistence.Principal, callID uuid.UUID, approve bool) (string, error)
 	// RecentEvents lists the newest call events of tenantID, newest first: of one server, or of every
 	// server when serverID is uuid.Nil.
@@ -93,6 +94,10 @@ type Calls interface {
 // ErrNotParked is a verdict on a call that is no longer awaiting approval.
 var ErrNotParked = errors.New("the call is not awaiting approval")
 
+// ErrSelfApproval is an approval by the key that requested the call: another administrator's key
+// must approve it.
+var ErrSelfApproval = errors.New("a call cannot be approved with the key that requested it")
+
 // ParkedCall is a call awaiting an administrator's approval.
 type ParkedCall struct {
 	CallID      uuid.UUID
@@ -101,6 +106,7 @@ type ParkedCall struct {
 	ModuleName  string
 	Tool        string
 	Arguments   json.RawMessage // shown as text
+	RequestedBy uuid.UUID       // the key that asked for the call: it may deny it, never approve it
 	RequestedAt time.Time
 	ExpiresAt   *time.Time // when the approval window closes, if it does
 }
@@ -116,7 +122,10 @@ type CallEvent struct {
 	State        string
 	OutcomeClass string
 	LatencyMS    *int64
-	At           time.Time
+	// RequestedBy and DecidedBy are the keys of the event's call (nil for a refusal, which made none;
+	// DecidedBy nil while nobody decided it).
+	RequestedBy, DecidedBy *uuid.UUID
+	At                     time.Time
 }
 
 // Config configures the dashboard. Zero values take the documented defaults.
