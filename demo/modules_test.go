@@ -18,6 +18,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/demo"
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/fleetclient/fleetclienttest"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
 
 // syncBuffer is a bytes.Buffer safe to write and read concurrently.
@@ -36,19 +37,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 func TestRunModules(t *testing.T) {
@@ -72,7 +60,7 @@ func TestRunModules(t *testing.T) {
 		})
 	}()
 
-	waitFor(t, 10*time.Second, "every module registered with two heartbeats", func() bool {
+	wait.For(t, "every module registered with two heartbeats", 10*time.Second, func() bool {
 		for _, s := range servers {
 			srv, ok := fake.ServerByName(s.Name)
 			if !ok || fake.HeartbeatCount(srv.ServerID) < 2 {
@@ -94,10 +82,10 @@ func TestRunModules(t *testing.T) {
 
 	flaky, _ := fake.ServerByName(demo.FlakyName)
 	want := []fleetclient.Status{fleetclient.StatusHealthy, fleetclient.StatusDegraded, fleetclient.StatusUnhealthy, fleetclient.StatusHealthy}
-	waitFor(t, 10*time.Second, "flaky to go degraded, unhealthy and back to healthy", func() bool {
+	wait.For(t, "flaky to go degraded, unhealthy and back to healthy", 10*time.Second, func() bool {
 		return slices.Equal(fake.StatusHistory(flaky.ServerID), want)
 	})
-	waitFor(t, 5*time.Second, "the watcher to see flaky healthy again after the pause", func() bool {
+	wait.For(t, "the watcher to see flaky healthy again after the pause", 5*time.Second, func() bool {
 		text := out.String()
 		i := strings.Index(text, "flaky: resuming")
 		return i >= 0 && strings.Contains(text[i:], "flaky: service reports healthy") &&

@@ -14,21 +14,8 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/fleetclient/fleetclienttest"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
 
 // eventLog records module events for assertions.
 type eventLog struct {
@@ -98,7 +85,7 @@ func TestModuleHeartbeatsAndDeregisters(t *testing.T) {
 		fleetclient.ModuleOptions{Jitter: 10 * time.Millisecond, OnEvent: log.add})
 	stop, _ := runModule(t, m)
 
-	waitFor(t, 5*time.Second, "3 heartbeats", func() bool {
+	wait.For(t, "3 heartbeats", 5*time.Second, func() bool {
 		id := m.ServerID()
 		return id != "" && fake.HeartbeatCount(id) >= 3
 	})
@@ -136,10 +123,10 @@ func TestModuleReregistersAfterNotFound(t *testing.T) {
 		fleetclient.ModuleOptions{OnEvent: log.add})
 	runModule(t, m)
 
-	waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+	wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 	first := m.ServerID()
 	fake.Forget(first)
-	waitFor(t, 5*time.Second, "a new server id after the service forgot the first", func() bool {
+	wait.For(t, "a new server id after the service forgot the first", 5*time.Second, func() bool {
 		id := m.ServerID()
 		return id != first && fake.HeartbeatCount(id) >= 1
 	})
@@ -156,14 +143,14 @@ func TestModuleBacksOffHonouringRetryAfter(t *testing.T) {
 	fake.FailNext("register", 2, http.StatusServiceUnavailable, 0)
 	runModule(t, m)
 
-	waitFor(t, 5*time.Second, "registration after two 503s", func() bool { return m.ServerID() != "" })
+	wait.For(t, "registration after two 503s", 5*time.Second, func() bool { return m.ServerID() != "" })
 	if n := log.count(fleetclient.EventRetry); n != 2 {
 		t.Errorf("retries before registering = %d, want 2", n)
 	}
 
 	before := fake.HeartbeatCount(m.ServerID())
 	fake.FailNext("heartbeat", 1, http.StatusServiceUnavailable, time.Second)
-	waitFor(t, 5*time.Second, "a retry event with Retry-After", func() bool {
+	wait.For(t, "a retry event with Retry-After", 5*time.Second, func() bool {
 		return log.count(fleetclient.EventRetry) == 3
 	})
 	log.mu.Lock()
@@ -174,7 +161,7 @@ func TestModuleBacksOffHonouringRetryAfter(t *testing.T) {
 	if ev.Delay < time.Second {
 		t.Errorf("retry delay = %s, want at least the Retry-After of 1s", ev.Delay)
 	}
-	waitFor(t, 5*time.Second, "heartbeats to resume", func() bool {
+	wait.For(t, "heartbeats to resume", 5*time.Second, func() bool {
 		return fake.HeartbeatCount(m.ServerID()) > before
 	})
 }
@@ -185,7 +172,7 @@ func TestModulePauseResume(t *testing.T) {
 	m := fleetclient.NewModule(fleetclient.New(fake.URL, fake.APIKey), registerRequest("flaky"),
 		fleetclient.ModuleOptions{})
 	runModule(t, m)
-	waitFor(t, 5*time.Second, "first heartbeat", func() bool {
+	wait.For(t, "first heartbeat", 5*time.Second, func() bool {
 		id := m.ServerID()
 		return id != "" && fake.HeartbeatCount(id) >= 1
 	})
@@ -196,12 +183,12 @@ func TestModulePauseResume(t *testing.T) {
 		t.Fatal("Paused() = false after Pause")
 	}
 	// Unhealthy needs 3H without a heartbeat: reaching it proves the pause.
-	waitFor(t, 5*time.Second, "unhealthy while paused", func() bool {
+	wait.For(t, "unhealthy while paused", 5*time.Second, func() bool {
 		return slices.Contains(fake.StatusHistory(id), fleetclient.StatusUnhealthy)
 	})
 	paused := fake.HeartbeatCount(id)
 	m.Resume()
-	waitFor(t, 5*time.Second, "healthy again after Resume", func() bool {
+	wait.For(t, "healthy again after Resume", 5*time.Second, func() bool {
 		hist := fake.StatusHistory(id)
 		return len(hist) > 0 && hist[len(hist)-1] == fleetclient.StatusHealthy && fake.HeartbeatCount(id) > paused
 	})
@@ -226,7 +213,7 @@ func TestModuleStopsOnPermanentErrors(t *testing.T) {
 		c := fleetclient.New(fake.URL, fake.APIKey)
 		m := fleetclient.NewModule(c, registerRequest("b"), fleetclient.ModuleOptions{})
 		stop, done := runModule(t, m)
-		waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+		wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 		if _, err := c.Deregister(testContext(t), m.ServerID()); err != nil {
 			t.Fatalf("Deregister: %v", err)
 		}
@@ -244,11 +231,11 @@ func TestModuleStopsOnPermanentErrors(t *testing.T) {
 		c := fleetclient.New(fake.URL, fake.APIKey)
 		m := fleetclient.NewModule(c, registerRequest("c"), fleetclient.ModuleOptions{ReregisterOnDeregistered: true})
 		stop, _ := runModule(t, m)
-		waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+		wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 		if _, err := c.Deregister(testContext(t), m.ServerID()); err != nil {
 			t.Fatalf("Deregister: %v", err)
 		}
-		waitFor(t, 5*time.Second, "revival", func() bool {
+		wait.For(t, "revival", 5*time.Second, func() bool {
 			srv, _ := fake.ServerByName("c")
 			return srv.Status == fleetclient.StatusHealthy && srv.DeregisteredAt == nil
 		})
@@ -265,7 +252,7 @@ func TestModuleDeregistration(t *testing.T) {
 	t.Run("retried after a 503", func(t *testing.T) {
 		m := fleetclient.NewModule(c, registerRequest("d"), fleetclient.ModuleOptions{MinBackoff: 5 * time.Millisecond})
 		stop, _ := runModule(t, m)
-		waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+		wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 		fake.FailNext("deregister", 1, http.StatusServiceUnavailable, 0)
 		if err := stop(); err != nil {
 			t.Fatalf("Run = %v, want nil", err)
@@ -280,7 +267,7 @@ func TestModuleDeregistration(t *testing.T) {
 			MinBackoff: 5 * time.Millisecond, DeregisterTimeout: 100 * time.Millisecond,
 		})
 		stop, _ := runModule(t, m)
-		waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+		wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 		fake.FailNext("deregister", 1_000_000, http.StatusServiceUnavailable, 0)
 		start := time.Now()
 		err := stop()
@@ -296,7 +283,7 @@ func TestModuleDeregistration(t *testing.T) {
 	t.Run("keep registered", func(t *testing.T) {
 		m := fleetclient.NewModule(c, registerRequest("f"), fleetclient.ModuleOptions{KeepRegistered: true})
 		stop, _ := runModule(t, m)
-		waitFor(t, 5*time.Second, "registration", func() bool { return m.ServerID() != "" })
+		wait.For(t, "registration", 5*time.Second, func() bool { return m.ServerID() != "" })
 		if err := stop(); err != nil {
 			t.Fatalf("Run = %v", err)
 		}

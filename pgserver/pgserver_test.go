@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/pgserver"
 )
 
@@ -47,20 +48,6 @@ func connectErr(url string) error {
 		return err
 	}
 	return conn.Close(ctx)
-}
-
-// waitFor polls cond until it holds, failing tb after limit.
-func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("no %s within %v", what, limit)
-		}
-		<-tick.C
-	}
 }
 
 // clusterParent returns a fresh directory the postgres OS user can traverse (t.TempDir is 0700, which
@@ -305,16 +292,16 @@ func TestPrivateCluster(t *testing.T) {
 				}
 			})
 		}
-		waitFor(t, 10*time.Second, "queries before Stop", func() bool { return ok.Load() > 0 })
+		wait.For(t, "queries before Stop", 10*time.Second, func() bool { return ok.Load() > 0 })
 		if err := c.Stop(ctx); err != nil {
 			t.Fatalf("Stop under load: %v", err)
 		}
-		waitFor(t, 10*time.Second, "queries failing while stopped", func() bool { return failed.Load() > 0 })
+		wait.For(t, "queries failing while stopped", 10*time.Second, func() bool { return failed.Load() > 0 })
 		if err := c.Start(ctx); err != nil {
 			t.Fatalf("Start under load: %v", err)
 		}
 		after := ok.Load()
-		waitFor(t, 10*time.Second, "queries succeeding after Start", func() bool { return ok.Load() > after })
+		wait.For(t, "queries succeeding after Start", 10*time.Second, func() bool { return ok.Load() > after })
 		stopLoad()
 		wg.Wait()
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 	"github.com/mcpfleet/mcpfleet/service"
@@ -274,16 +275,7 @@ func kinds(events []auditView) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds or the deadline passes (the one helper, internal/wait).
+var waitFor = wait.For
 
 func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }

@@ -54,21 +54,19 @@ type Service struct {
 	gateway *gateway.Gateway
 }
 
-// Start starts the service and returns once it is ready and listening.
-func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
+// Start starts the service and returns once it is ready and listening. If it fails, whatever it had
+// started (tracer, metrics, pool, actor system, probes, gateway, listener) is released before it returns.
+func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := opt.Log
-	if log == nil {
-		out := opt.LogOutput
-		if out == nil {
-			out = io.Discard
-		}
-		log = telemetry.NewLogger(out, cfg.LogLevel)
-	}
+	log := newLogger(cfg, opt)
 	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}
-	var err error
+	defer func() {
+		if err != nil {
+			s.release(ctx)
+		}
+	}()
 	s.tracing, err = telemetry.NewTracing(ctx, telemetry.TraceConfig{ServiceName: "mcpfleet", Export: cfg.TraceExport,
 		Endpoint: opt.TraceEndpoint, SamplerName: cfg.TraceSampler, SamplerArg: cfg.TraceSamplerArg})
 	if err != nil {
@@ -82,7 +80,6 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 		return nil, err
 	}
 	if _, err := s.store.CheckRuntimeRole(ctx); err != nil {
-		s.store.Close()
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	// A previous process killed mid-commit may still have sessions finishing: load the fleet after them.
@@ -91,26 +88,15 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 	} else if n > 0 {
 		log.Warn("a previous process's sessions are still open after 10s; loading the fleet anyway", "sessions", n)
 	}
-	s.fleet, err = actors.Start(ctx, actors.Config{
-		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: cfg.MonitorInterval, ManualMonitor: opt.ManualMonitor, StampFlushInterval: cfg.StampFlushInterval,
-		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
-		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
-		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
-	}, s.store, actors.Deps{Clock: opt.Clock, Log: log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics})
-	if err != nil {
-		s.store.Close()
+	if s.fleet, err = s.startFleet(ctx, cfg, opt); err != nil {
 		return nil, err
 	}
 	s.remote = s.newRemote(cfg, log)
 	if err := s.startGateway(ctx, cfg, opt, log); err != nil {
-		_ = s.fleet.Stop(ctx)
-		s.store.Close()
 		return nil, err
 	}
 	dashboard, err := s.newUI(cfg, opt, log)
 	if err != nil {
-		_ = s.fleet.Stop(ctx)
-		s.store.Close()
 		return nil, err
 	}
 	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
@@ -121,8 +107,6 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 	})
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		_ = s.fleet.Stop(ctx)
-		s.store.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	s.http = &http.Server{
@@ -142,6 +126,42 @@ func Start(ctx context.Context, cfg Config, opt Options) (*Service, error) {
 	return s, nil
 }
 
+// newLogger returns opt.Log, or a logger at cfg.LogLevel writing to opt.LogOutput (default nowhere).
+func newLogger(cfg Config, opt Options) *slog.Logger {
+	if opt.Log != nil {
+		return opt.Log
+	}
+	out := opt.LogOutput
+	if out == nil {
+		out = io.Discard
+	}
+	return telemetry.NewLogger(out, cfg.LogLevel)
+}
+
+// startFleet starts the actor system on the open store.
+func (s *Service) startFleet(ctx context.Context, cfg Config, opt Options) (*actors.Fleet, error) {
+	return actors.Start(ctx, actors.Config{
+		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: cfg.MonitorInterval, ManualMonitor: opt.ManualMonitor, StampFlushInterval: cfg.StampFlushInterval,
+		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
+		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
+		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
+	}, s.store, actors.Deps{Clock: opt.Clock, Log: s.log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics})
+}
+
+// releaseTimeout bounds the release of a service whose Start failed.
+const releaseTimeout = 10 * time.Second
+
+// release undoes a failed Start: it closes what was started, in reverse, on a context that outlives a
+// cancelled ctx (a failed Start must not leave the actor system or the tracer behind because the caller
+// gave up), and logs what could not be closed; Start's own error is the one returned.
+func (s *Service) release(ctx context.Context) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := s.Close(c); err != nil {
+		s.log.Warn("releasing a service that failed to start", "err", err)
+	}
+}
+
 // Addr is the address the API listens on.
 func (s *Service) Addr() string { return s.ln.Addr().String() }
 
@@ -158,29 +178,46 @@ func (s *Service) Store() *persistence.Store { return s.store }
 func (s *Service) Done() <-chan error { return s.served }
 
 // Close stops accepting requests, lets in-flight ones finish, drains the writer and the stamper, and
-// flushes traces — bounded by ctx.
+// flushes traces — bounded by ctx. It closes only the parts that were started, so it also undoes a Start that
+// failed part-way.
 func (s *Service) Close(ctx context.Context) error {
 	s.ready.Store(false)
 	var errs []error
 	// Calls in flight end first (finished, or cancelled and recorded), so no handler waits on one.
-	if err := s.gateway.Stop(ctx); err != nil {
-		errs = append(errs, err)
+	if s.gateway != nil {
+		if err := s.gateway.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := s.http.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	} else if s.ln != nil {
+		_ = s.ln.Close() // Start failed after listening: nothing was served
 	}
-	if err := s.remote.Stop(ctx); err != nil {
-		errs = append(errs, err)
+	if s.remote != nil {
+		if err := s.remote.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := s.fleet.Stop(ctx); err != nil {
-		errs = append(errs, err)
+	if s.fleet != nil {
+		if err := s.fleet.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	s.store.Close()
-	if err := s.prom.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		errs = append(errs, fmt.Errorf("metrics shutdown: %w", err))
+	if s.store != nil {
+		s.store.Close()
 	}
-	if err := s.tracing.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
+	if s.prom != nil {
+		if err := s.prom.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("metrics shutdown: %w", err))
+		}
+	}
+	if s.tracing != nil {
+		if err := s.tracing.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
