@@ -72,9 +72,9 @@ type Cause int
 
 // The causes of a transition.
 const (
-	ByMonitor      Cause = iota // lag crossed a threshold
-	ByEvidence                  // a heartbeat or a completed round trip recovered the server
-	ByDeregistration            // the server deregistered
+	ByMonitor        Cause = iota // lag crossed a threshold
+	ByEvidence                    // a heartbeat or a completed round trip recovered the server
+	ByDeregistration              // the server deregistered
 )
 
 // Alert is the alert a transition raises through the outbox.
