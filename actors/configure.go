@@ -70,7 +70,7 @@ func (f *Fleet) Configure(ctx context.Context, req ConfigureRequest) (persistenc
 func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
 	if id, ok := f.byModule[key]; ok {
-		if rec := f.records[id]; rec != nil && rec.registered {
+		if e := f.entries[id]; e != nil && e.registered {
 			ctx.Respond(&configureReply{err: &ExistsError{ServerID: id}})
 			return
 		}
@@ -78,19 +78,17 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 		return
 	}
 	id := msg.req.ServerID
-	if _, taken := f.records[id]; taken {
+	if _, taken := f.entries[id]; taken {
 		ctx.Respond(&configureReply{err: fmt.Errorf("%w: server id in use", ErrUnavailable)})
 		return
 	}
-	rec := &serverRecord{id: id, tenantID: key.tenantID, key: key}
-	f.records[id] = rec
-	f.byModule[key] = id
-	f.spawn(ctx, rec)
+	f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
 	pid := f.children[id]
 	if pid == nil {
 		// Forget it now: nobody else would ever register this record, and a retry brings a new id.
-		delete(f.records, id)
+		delete(f.entries, id)
 		delete(f.byModule, key)
+		f.tenants[key.tenantID]--
 		ctx.Respond(&configureReply{err: ErrUnavailable})
 		return
 	}
@@ -105,7 +103,7 @@ func (a *serverActor) configure(ctx actor.Context, msg *configureMsg) {
 }
 
 func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *actor.PID) {
-	if a.rec.registered {
+	if a.rec.life.Registered() {
 		ctx.Send(sender, &configureReply{err: &ExistsError{ServerID: a.rec.id}})
 		return
 	}
@@ -123,13 +121,13 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 				err = ErrModuleExists
 			}
 			ctx.Send(sender, &configureReply{err: mapWriteErr(err)})
-			if !a.rec.registered {
+			if !a.rec.life.Registered() {
 				ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
 			}
 			return
 		}
 		a.deps.metrics.ServerStatus("", cmd.Server.Status) // a configured server joins the servers gauge
-		a.adopt(cmd.Server, now, carrier)
+		a.adopt(ctx, cmd.Server, now, carrier)
 		ctx.Send(sender, &configureReply{server: cmd.Server})
 	})
 }

@@ -43,7 +43,7 @@ func (f *Fleet) Contact(ctx context.Context, tenantID, serverID uuid.UUID, trc t
 func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 	sender := ctx.Sender()
 	now := a.deps.clock.Now()
-	if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+	if msg.tenantID != a.rec.tenantID || !a.rec.life.Registered() {
 		ctx.Send(sender, &contactReply{err: ErrNotFound})
 		return
 	}
@@ -54,24 +54,27 @@ func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 
 func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.PID, now time.Time) {
 	rec := a.rec
-	if rec.row.Status == health.Deregistered {
+	t, err := rec.life.Recover(a.deps.life, now)
+	if err != nil {
 		ctx.Send(sender, &contactReply{err: ErrDeregistered})
 		return
 	}
-	if rec.row.Status == health.Healthy {
+	if t == nil {
 		ctx.Send(sender, &contactReply{status: health.Healthy})
 		return
 	}
 	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.recover", trace.WithAttributes(
-		append(a.transitionAttrs(rec.row.Status, health.Healthy), attribute.String("mcpfleet.evidence", "contact"))...))
-	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
-	a.persist(ctx, cmd, cascadeFor(cmd), msg.trace, msg.deadline, func(ctx actor.Context, err error) {
+		append(a.transitionAttrs(t.From, t.To), attribute.String("mcpfleet.evidence", "contact"))...))
+	t.TraceID = carrierOf(span).TraceID()
+	cmd := a.transitionCmd(t)
+	a.persist(ctx, cmd, cascadeOf(t), msg.trace, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
 		if err != nil {
+			rec.life.Failed(t)
 			ctx.Send(sender, &contactReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(cmd)
+		a.applyTransition(t, cmd)
 		ctx.Send(sender, &contactReply{status: health.Healthy})
 	})
 }

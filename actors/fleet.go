@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -14,25 +15,40 @@ import (
 // "fleet/<server_id>"). It routes registrations (so two registrations of one module are serialised and
 // can never create two servers), fans out monitor ticks, and respawns a server actor that was stopped
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
+//
+// It shares no state with the server actors: it reads no field of a serverRecord (it only hands the
+// record to the producer of each incarnation of its actor) and learns by message what it must know
+// (serverRegistered, removeServer, permitMsg).
 type fleetActor struct {
 	deps     *serverDeps
-	records  map[uuid.UUID]*serverRecord
+	entries  map[uuid.UUID]*fleetEntry
 	children map[uuid.UUID]*actor.PID
 	byModule map[moduleKey]uuid.UUID
 	removing map[uuid.UUID]bool
 	onEvent  func(event string)
 
-	period   time.Duration // the monitor period, to measure stall against
-	lastAuto time.Time     // when the last automatic tick was handled
-	tenants  map[uuid.UUID]int
-	silence  *massSilence // nil when the guard is off
-	refused  map[uuid.UUID]int
+	monitor *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
+	tenants map[uuid.UUID]int
+	silence *lifecycle.MassSilence // nil when the guard is off
 }
+
+// fleetEntry is the fleet's own view of one server: what it was created with, and whether a
+// registration of it has committed (told by serverRegistered). rec is the server actor's: the fleet
+// passes it to each incarnation and never reads it.
+type fleetEntry struct {
+	tenantID   uuid.UUID
+	key        moduleKey
+	registered bool
+	rec        *serverRecord
+}
+
+// serverRegistered tells the fleet that a server's first registration or configuration committed.
+type serverRegistered struct{ serverID uuid.UUID }
 
 // fleetChunk bounds how many servers one fan-out message touches, so heartbeats interleave with a tick.
 const fleetChunk = 2000
 
-// loadMsg hands the fleet servers read from PostgreSQL at start.
+// loadMsg hands the fleet servers read from PostgreSQL at start (all registered).
 type loadMsg struct{ records []*serverRecord }
 
 type loaded struct{}
@@ -48,15 +64,12 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 		return actor.RestartDirective
 	})
 	return actor.PropsFromProducer(func() actor.Actor {
-		f := &fleetActor{
-			deps: deps, records: map[uuid.UUID]*serverRecord{}, children: map[uuid.UUID]*actor.PID{},
+		return &fleetActor{
+			deps: deps, entries: map[uuid.UUID]*fleetEntry{}, children: map[uuid.UUID]*actor.PID{},
 			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, onEvent: onEvent,
-			period: period, tenants: map[uuid.UUID]int{}, refused: map[uuid.UUID]int{},
+			monitor: lifecycle.NewMonitor(period, deps.stall), tenants: map[uuid.UUID]int{},
+			silence: lifecycle.NewMassSilence(ms),
 		}
-		if ms.Fraction > 0 {
-			f.silence = &massSilence{cfg: ms, used: map[uuid.UUID]int{}, held: map[uuid.UUID]int{}, episode: map[uuid.UUID]bool{}}
-		}
-		return f
 	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -64,41 +77,22 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *loadMsg:
 		for _, rec := range msg.records {
-			f.records[rec.id] = rec
-			f.byModule[rec.key] = rec.id
-			f.tenants[rec.tenantID]++
-			f.spawn(ctx, rec)
+			f.add(ctx, rec, true)
 		}
 		ctx.Respond(&loaded{})
 	case *registerMsg:
-		span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")
-		key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
-		id, ok := f.byModule[key]
-		if !ok {
-			id = uuid.New()
-			rec := &serverRecord{id: id, tenantID: key.tenantID, key: key}
-			f.records[id] = rec
-			f.byModule[key] = id
-			f.tenants[key.tenantID]++
-			f.spawn(ctx, rec)
-		}
-		pid := f.children[id]
-		setServerAttrs(span, key.tenantID, id, key.moduleName)
-		if pid == nil {
-			endSpan(span, ErrUnavailable)
-			ctx.Respond(&registerReply{err: ErrUnavailable})
-			return
-		}
-		msg.req.Trace = carrierOf(span) // the server actor's span is a child of this one
-		span.End()
-		ctx.Forward(pid)
+		f.register(ctx, msg)
 	case *configureMsg:
 		f.configure(ctx, msg)
+	case *serverRegistered:
+		if e := f.entries[msg.serverID]; e != nil {
+			e.registered = true
+		}
 	case *lookupMsg:
-		rec, ok := f.records[msg.serverID]
-		ctx.Respond(&lookupReply{known: ok && rec.tenantID == msg.tenantID})
+		e, ok := f.entries[msg.serverID]
+		ctx.Respond(&lookupReply{known: ok && e.tenantID == msg.tenantID})
 	case *monitorTick:
-		f.tick(ctx, msg)
+		f.tick(msg)
 		ids := make([]uuid.UUID, 0, len(f.children))
 		for id := range f.children {
 			ids = append(ids, id)
@@ -120,39 +114,9 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Self(), &tickChunk{ids: msg.ids[n:], round: msg.round})
 		}
 	case *removeServer:
-		rec, ok := f.records[msg.serverID]
-		if !ok || rec.registered {
-			return
-		}
-		delete(f.records, msg.serverID)
-		f.tenants[rec.tenantID]--
-		if f.byModule[msg.key] == msg.serverID {
-			delete(f.byModule, msg.key)
-		}
-		if pid := f.children[msg.serverID]; pid != nil {
-			f.removing[msg.serverID] = true
-			delete(f.children, msg.serverID)
-			ctx.Poison(pid)
-		}
+		f.remove(ctx, msg)
 	case *actor.Terminated:
-		id, err := uuid.Parse(strings.TrimPrefix(msg.Who.Id, ctx.Self().Id+"/"))
-		if err != nil {
-			return
-		}
-		if f.removing[id] {
-			delete(f.removing, id)
-			return
-		}
-		if cur := f.children[id]; cur != nil && cur.Equal(msg.Who) {
-			delete(f.children, id)
-		}
-		if rec, ok := f.records[id]; ok && f.children[id] == nil {
-			f.deps.log.Warn("server actor stopped; respawning it", "server_id", id)
-			if f.onEvent != nil {
-				f.onEvent("server_actor_respawn")
-			}
-			f.spawn(ctx, rec)
-		}
+		f.terminated(ctx, msg)
 	case *permitMsg:
 		ctx.Respond(&permitReply{granted: f.permit(ctx, msg.tenantID)})
 	case *writeResult:
@@ -160,82 +124,127 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			f.deps.log.Error("fleet alert not written", "err", err)
 		}
 	case *respawnMsg:
-		if rec, ok := f.records[msg.id]; ok && f.children[msg.id] == nil {
-			f.spawn(ctx, rec)
+		if e, ok := f.entries[msg.id]; ok && f.children[msg.id] == nil {
+			f.spawn(ctx, e.rec)
 		}
+	}
+}
+
+// add takes a new server into the fleet and spawns its actor.
+func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) {
+	f.entries[rec.id] = &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
+	f.byModule[rec.key] = rec.id
+	f.tenants[rec.tenantID]++
+	f.spawn(ctx, rec)
+}
+
+func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
+	span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")
+	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
+	id, ok := f.byModule[key]
+	if !ok {
+		id = uuid.New()
+		f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
+	}
+	pid := f.children[id]
+	setServerAttrs(span, key.tenantID, id, key.moduleName)
+	if pid == nil {
+		endSpan(span, ErrUnavailable)
+		ctx.Respond(&registerReply{err: ErrUnavailable})
+		return
+	}
+	msg.req.Trace = carrierOf(span) // the server actor's span is a child of this one
+	span.End()
+	ctx.Forward(pid)
+}
+
+// remove forgets a server whose first registration failed (never one that registered).
+func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
+	e, ok := f.entries[msg.serverID]
+	if !ok || e.registered {
+		return
+	}
+	delete(f.entries, msg.serverID)
+	f.tenants[e.tenantID]--
+	if f.byModule[msg.key] == msg.serverID {
+		delete(f.byModule, msg.key)
+	}
+	if pid := f.children[msg.serverID]; pid != nil {
+		f.removing[msg.serverID] = true
+		delete(f.children, msg.serverID)
+		ctx.Poison(pid)
+	}
+}
+
+// terminated respawns a server actor stopped by anything but the fleet, with the same record.
+func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
+	id, err := uuid.Parse(strings.TrimPrefix(msg.Who.Id, ctx.Self().Id+"/"))
+	if err != nil {
+		return
+	}
+	if f.removing[id] {
+		delete(f.removing, id)
+		return
+	}
+	if cur := f.children[id]; cur != nil && cur.Equal(msg.Who) {
+		delete(f.children, id)
+	}
+	if e, ok := f.entries[id]; ok && f.children[id] == nil {
+		f.deps.log.Warn("server actor stopped; respawning it", "server_id", id)
+		if f.onEvent != nil {
+			f.onEvent("server_actor_respawn")
+		}
+		f.spawn(ctx, e.rec)
 	}
 }
 
 func (f *fleetActor) spawn(ctx actor.Context, rec *serverRecord) {
-	pid, err := ctx.SpawnNamed(newServerProps(rec, f.deps), rec.id.String())
+	id := rec.id
+	pid, err := ctx.SpawnNamed(newServerProps(rec, f.deps), id.String())
 	if err != nil {
 		// The old process may not be unregistered yet: try again shortly.
-		f.deps.log.Warn("spawn server actor failed; retrying", "server_id", rec.id, "err", err)
-		self, system := ctx.Self(), ctx.ActorSystem()
-		time.AfterFunc(50*time.Millisecond, func() { system.Root.Send(self, &respawnMsg{id: rec.id}) })
+		f.deps.log.Warn("spawn server actor failed; retrying", "server_id", id, "err", err)
+		system, self := ctx.ActorSystem(), ctx.Self()
+		time.AfterFunc(50*time.Millisecond, func() { system.Root.Send(self, &respawnMsg{id: id}) })
 		return
 	}
-	f.children[rec.id] = pid
+	f.children[id] = pid
 }
 
 // tick does the fleet's part of a monitor tick before the fan-out: the self-health check (an automatic
-// tick handled later than its period means the monitor stalled; the stall is credited to every deadline)
-// and the mass-silence guard's per-period bookkeeping.
-func (f *fleetActor) tick(ctx actor.Context, msg *monitorTick) {
-	now := f.deps.clock.Now()
+// tick handled later than its period means the monitor stalled; lifecycle.Monitor credits the stall to
+// every deadline) and the mass-silence guard's new period.
+func (f *fleetActor) tick(msg *monitorTick) {
 	if msg.auto {
-		if !f.lastAuto.IsZero() {
-			if late := now.Sub(f.lastAuto) - f.period; late > stallTolerance(f.period) {
-				f.deps.stall.add(late)
-				f.deps.log.Warn("monitor stalled: deadlines extended by the stall", "stall", late.String())
-				if f.onEvent != nil {
-					f.onEvent("monitor_stall")
-				}
+		if late := f.monitor.Tick(f.deps.clock.Now()); late > 0 {
+			f.deps.log.Warn("monitor stalled: deadlines extended by the stall", "stall", late.String())
+			if f.onEvent != nil {
+				f.onEvent("monitor_stall")
 			}
 		}
-		f.lastAuto = now
 	}
-	if f.silence == nil {
-		return
+	for _, r := range f.silence.NewPeriod() {
+		f.deps.log.Warn("mass-silence guard released: no more servers held", "tenant_id", r.TenantID, "held", r.Held)
 	}
-	for t := range f.silence.episode {
-		if f.refused[t] == 0 {
-			f.deps.log.Warn("mass-silence guard released: no more servers held", "tenant_id", t, "held", f.silence.held[t])
-			delete(f.silence.episode, t)
-			delete(f.silence.held, t)
-		}
-	}
-	clear(f.refused)
-	clear(f.silence.used)
 }
 
 // permit grants a server of tenantID the right to turn unhealthy this monitor period, within the
-// tenant's budget; the first refusal of an episode raises one fleet-level alert.
+// tenant's budget (lifecycle.MassSilence); the first refusal of an episode raises one fleet-level alert.
 func (f *fleetActor) permit(ctx actor.Context, tenantID uuid.UUID) bool {
-	ms := f.silence
-	if ms == nil {
-		return true
+	granted, hold := f.silence.Permit(tenantID, f.tenants[tenantID])
+	if hold == nil {
+		return granted
 	}
-	budget := ms.budget(f.tenants[tenantID])
-	if ms.used[tenantID] < budget {
-		ms.used[tenantID]++
-		return true
+	f.deps.log.Warn("mass-silence guard holding servers at degraded", "tenant_id", tenantID, "budget_per_period", hold.Budget)
+	if f.onEvent != nil {
+		f.onEvent("mass_silence_hold")
 	}
-	f.refused[tenantID]++
-	ms.held[tenantID]++
-	if !ms.episode[tenantID] {
-		ms.episode[tenantID] = true
-		f.deps.log.Warn("mass-silence guard holding servers at degraded", "tenant_id", tenantID, "budget_per_period", budget)
-		if f.onEvent != nil {
-			f.onEvent("mass_silence_hold")
-		}
-		cmd := &persistence.FleetAlertCmd{Payload: persistence.FleetAlertPayload{
-			EventID: uuid.New(), Kind: persistence.AlertMassSilence, TenantID: tenantID, Held: ms.held[tenantID], Budget: budget,
-			Detail:     "more servers than the budget would turn unhealthy in one monitor period: they are held at degraded and released at the budget's rate unless they recover",
-			OccurredAt: f.deps.clock.Now().UTC(),
-		}}
-		ctx.Request(f.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: time.Now().Add(f.deps.writeTimeout)})
-		ctx.Send(f.deps.alerts, &alertQueued{})
-	}
-	return false
+	cmd := &persistence.FleetAlertCmd{Payload: persistence.FleetAlertPayload{
+		EventID: uuid.New(), Kind: persistence.AlertMassSilence, TenantID: tenantID, Held: hold.Held, Budget: hold.Budget,
+		Detail:     "more servers than the budget would turn unhealthy in one monitor period: they are held at degraded and released at the budget's rate unless they recover",
+		OccurredAt: f.deps.clock.Now().UTC(),
+	}}
+	ctx.Request(f.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: time.Now().Add(f.deps.writeTimeout)})
+	ctx.Send(f.deps.alerts, &alertQueued{})
+	return granted
 }

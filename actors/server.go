@@ -13,39 +13,31 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // serverRecord is one server's state. The fleet creates it and hands it to every incarnation of the
 // server's actor (through the producer), so a restarted or respawned actor resumes with its status and
-// its last evidence — its deadline — intact. Only the server actor reads or writes it after creation.
+// its last evidence — its deadline — intact. After creation only the server actor reads or writes it;
+// the fleet keeps what it needs of it (tenant, module, registered) in its own fleetEntry, told by message.
 type serverRecord struct {
 	id       uuid.UUID
 	tenantID uuid.UUID
 	key      moduleKey
 
-	registered   bool               // false until the first registration has committed
-	row          persistence.Server // the committed view of the row, for answers
-	lastEvidence time.Time          // on the service clock (monotonic in production)
-	// stallAtEvidence is the monitor's accumulated stall when lastEvidence was taken.
-	stallAtEvidence time.Duration
-	flaps           flapTracker
+	life lifecycle.Server   // the health state machine: status, evidence, pending transition, flaps
+	row  persistence.Server // the committed view of the row, for answers (row.Status == life.Status())
 
 	registrationTrace  telemetry.Carrier
 	lastHeartbeatTrace telemetry.Carrier
-
-	// pending is a monitor transition that was decided but not yet committed; a later decision of the
-	// same change, on the same evidence, reuses its event id, so a commit whose answer was lost is never
-	// written twice. New evidence makes it stale: a decision on older evidence is never resurrected.
-	pending         *persistence.TransitionCmd
-	pendingEvidence time.Time
 }
 
 // serverDeps is what every server actor needs.
 type serverDeps struct {
 	clock        health.Clock
-	thresholds   health.Thresholds
+	life         *lifecycle.Config
 	writeTimeout time.Duration
 	log          *slog.Logger
 	tracer       trace.Tracer
@@ -54,9 +46,7 @@ type serverDeps struct {
 	stamper      *actor.PID
 	skills       *actor.PID
 	alerts       *actor.PID
-	stall        *stallClock
-	flap         FlapConfig
-	massSilence  bool
+	stall        *lifecycle.Stall
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -95,7 +85,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 		sender := ctx.Sender()
 		now := a.deps.clock.Now()
 		span := startSpan(a.deps.tracer, msg.trace, "server.heartbeat")
-		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+		if msg.tenantID != a.rec.tenantID || !a.rec.life.Registered() {
 			endSpan(span, ErrNotFound)
 			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
 			return
@@ -108,7 +98,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			})
 	case *deregisterMsg:
 		sender := ctx.Sender()
-		if msg.tenantID != a.rec.tenantID || !a.rec.registered {
+		if msg.tenantID != a.rec.tenantID || !a.rec.life.Registered() {
 			ctx.Send(sender, &deregisterReply{err: ErrNotFound})
 			return
 		}
@@ -214,7 +204,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			defer endSpan(span, err)
 			if err != nil {
 				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
-				if !a.rec.registered {
+				if !a.rec.life.Registered() {
 					ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
 				}
 				return
@@ -227,11 +217,11 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 				return
 			}
 			from := a.rec.row.Status
-			if !a.rec.registered {
+			if !a.rec.life.Registered() {
 				from = ""
 			}
 			a.deps.metrics.ServerStatus(from, cmd.Server.Status)
-			a.adopt(cmd.Server, now, carrier)
+			a.adopt(ctx, cmd.Server, now, carrier)
 			ctx.Send(sender, &registerReply{res: RegisterResult{Server: cmd.Server, Created: cmd.Created}})
 		})
 	}
@@ -245,7 +235,8 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	if hb.IsRecording() {
 		hb.SetAttributes(statusAttr[rec.row.Status])
 	}
-	if rec.row.Status == health.Deregistered {
+	t, err := rec.life.Recover(a.deps.life, now)
+	if err != nil {
 		endSpan(hb, ErrDeregistered)
 		ctx.Send(sender, &heartbeatReply{err: ErrDeregistered})
 		return
@@ -253,7 +244,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	hbc := carrierOf(hb)
 	rec.lastHeartbeatTrace = hbc
 	wall := now.UTC()
-	if rec.row.Status == health.Healthy {
+	if t == nil { // healthy: the stamp is coalesced, the answer does not wait on PostgreSQL
 		if wall.After(rec.row.LastHeartbeatAt) {
 			rec.row.LastHeartbeatAt = wall
 		}
@@ -263,17 +254,19 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		return
 	}
 	// Recovery on heartbeat (DEC-2353): durable before it is acknowledged.
-	_, span := a.deps.tracer.Start(hbc.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Healthy)...))
-	cmd := a.transitionCmd(health.Healthy, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
+	_, span := a.deps.tracer.Start(hbc.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(t.From, t.To)...))
+	t.TraceID = carrierOf(span).TraceID()
+	cmd := a.transitionCmd(t)
 	cmd.Evidence = &wall
-	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		endSpan(span, err)
 		defer endSpan(hb, err)
 		if err != nil {
+			rec.life.Failed(t)
 			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(cmd)
+		a.applyTransition(t, cmd)
 		rec.row.LastHeartbeatAt = wall
 		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 	})
@@ -281,45 +274,42 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 
 func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *actor.PID) {
 	rec := a.rec
-	if rec.row.Status == health.Deregistered {
+	now := a.deps.clock.Now()
+	t := rec.life.Deregister(a.deps.life, now)
+	if t == nil {
 		ctx.Send(sender, &deregisterReply{server: rec.row}) // idempotent
 		return
 	}
-	now := a.deps.clock.Now()
-	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(rec.row.Status, health.Deregistered)...))
-	cmd := a.transitionCmd(health.Deregistered, telemetry.Carrier{SpanContext: span.SpanContext()}, now)
-	a.persist(ctx, cmd, cascadeFor(cmd), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
+	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(t.From, t.To)...))
+	t.TraceID = carrierOf(span).TraceID()
+	cmd := a.transitionCmd(t)
+	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		defer endSpan(span, err)
 		if err != nil {
+			rec.life.Failed(t)
 			ctx.Send(sender, &deregisterReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(cmd)
+		a.applyTransition(t, cmd)
 		ctx.Send(sender, &deregisterReply{server: rec.row})
 	})
 }
 
-// evaluate is the monitor's check of this server: lag of the last evidence against 2H and 3H. The lag
-// excludes the time the monitor itself was stalled since that evidence (the self-health guard).
+// evaluate is the monitor's check of this server (lifecycle.Server.Check: the lag of the last evidence,
+// net of the monitor's stall since, against 2H and 3H). With the mass-silence guard on, a transition
+// to unhealthy first asks the fleet for a permit; if the fleet does not answer, the seed's rule holds.
 func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 	rec := a.rec
-	if !rec.registered {
-		round.done()
-		return
-	}
 	now := a.deps.clock.Now()
-	lag := now.Sub(rec.lastEvidence) - (a.deps.stall.now() - rec.stallAtEvidence)
-	to, changed := a.deps.thresholds.MonitorVerdict(rec.row.Status, lag)
-	if !changed {
+	v := rec.life.Check(a.deps.life, now, a.deps.stall.Total())
+	if !v.Change {
 		round.done()
 		return
 	}
-	if to != health.Unhealthy || !a.deps.massSilence {
-		a.transition(ctx, to, now, lag, round)
+	if !v.NeedsPermit {
+		a.transition(ctx, rec.life.Decide(a.deps.life, v, now), round)
 		return
 	}
-	// The mass-silence guard: too many of this tenant's servers turning unhealthy in one period are
-	// held at degraded and released at a bounded rate. If the fleet does not answer, the seed's rule holds.
 	a.busy = true
 	fut := ctx.RequestFuture(ctx.Parent(), &permitMsg{tenantID: rec.tenantID}, a.deps.writeTimeout)
 	ctx.ReenterAfter(fut, func(res any, err error) {
@@ -328,20 +318,21 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 		if r, ok := res.(*permitReply); ok && err == nil {
 			granted = r.granted
 		}
-		switch {
-		case granted:
-			a.transition(ctx, health.Unhealthy, now, lag, round)
-		case rec.row.Status == health.Healthy:
-			a.transition(ctx, health.Degraded, now, lag, round) // held at degraded
-		default:
-			round.done()
-			a.idle(ctx)
+		if t := rec.life.Permitted(a.deps.life, v, granted, now); t != nil {
+			a.transition(ctx, t, round)
+			return
 		}
+		round.done()
+		a.idle(ctx)
 	})
 }
 
-// transition persists a monitor-driven transition to status to.
-func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.Time, lag time.Duration, round *monitorRound) {
+// transition persists a monitor-driven transition t (nil: nothing to do).
+func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, round *monitorRound) {
+	if t == nil {
+		round.done()
+		return
+	}
 	rec := a.rec
 	// A monitor-driven transition has no request behind it: it starts its own trace, linked to the
 	// server's last heartbeat and its registration.
@@ -351,27 +342,24 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 			links = append(links, trace.Link{SpanContext: c.SpanContext})
 		}
 	}
-	span, eventID := a.startTransitionSpan(to, lag, links)
+	span := a.startTransitionSpan(t, links)
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
-	cmd := a.transitionCmd(to, carrier, now)
-	cmd.EventID = eventID // derived into the span's id: see startTransitionSpan
-	if p := rec.pending; p != nil && p.From == cmd.From && p.To == cmd.To && rec.pendingEvidence.Equal(rec.lastEvidence) {
-		cmd = p // same decision as one whose commit answer was lost: same event id, idempotent
-	} else {
-		a.alertFor(cmd)
+	if !t.Retry {
+		t.TraceID = carrier.TraceID()
 	}
-	rec.pending, rec.pendingEvidence = cmd, rec.lastEvidence
-	a.persist(ctx, cmd, cascadeFor(cmd), carrier, time.Time{}, func(ctx actor.Context, err error) {
+	cmd := a.transitionCmd(t)
+	a.persist(ctx, cmd, cascadeOf(t), carrier, time.Time{}, func(ctx actor.Context, err error) {
 		defer span.End()
 		defer round.done()
 		if err != nil {
+			rec.life.Failed(t)
 			a.deps.log.WarnContext(carrier.Context(), "transition not persisted; the next monitor tick retries it",
-				"server_id", rec.id, "from", cmd.From, "to", cmd.To, "err", err)
+				"server_id", rec.id, "from", t.From, "to", t.To, "err", err)
 			return
 		}
-		a.applyTransition(cmd)
-		if cmd.To == health.Unhealthy {
-			a.deps.metrics.DetectionLag(context.Background(), lag)
+		a.applyTransition(t, cmd)
+		if t.To == health.Unhealthy {
+			a.deps.metrics.DetectionLag(context.Background(), t.Lag)
 		}
 		if cmd.AlertKind != "" {
 			ctx.Send(a.deps.alerts, &alertQueued{trace: carrier})
@@ -379,89 +367,56 @@ func (a *serverActor) transition(ctx actor.Context, to health.Status, now time.T
 	})
 }
 
-func (a *serverActor) transitionCmd(to health.Status, trc telemetry.Carrier, now time.Time) *persistence.TransitionCmd {
+// alertKinds names each lifecycle alert as the outbox does.
+var alertKinds = map[lifecycle.Alert]string{
+	lifecycle.NoAlert: "", lifecycle.AlertUnhealthy: persistence.AlertUnhealthy, lifecycle.AlertFlapping: persistence.AlertFlapping,
+}
+
+// transitionCmd is the durable command of a decided transition.
+func (a *serverActor) transitionCmd(t *lifecycle.Transition) *persistence.TransitionCmd {
 	rec := a.rec
 	return &persistence.TransitionCmd{
-		EventID: uuid.New(), TenantID: rec.tenantID, ServerID: rec.id, ModuleName: rec.row.ModuleName,
-		Version: rec.row.Version, From: rec.row.Status, To: to, TraceID: trc.TraceID(), At: now.UTC(),
-		LastEvidence: a.evidenceWall(now),
+		EventID: t.EventID, TenantID: rec.tenantID, ServerID: rec.id, ModuleName: rec.row.ModuleName,
+		Version: rec.row.Version, From: t.From, To: t.To, TraceID: t.TraceID, At: t.At.UTC(),
+		LastEvidence: t.EvidenceWall(), AlertKind: alertKinds[t.Alert], FlapCount: t.FlapCount,
 	}
 }
 
-// alertFor decides the alert a transition to unhealthy raises: the first ones alert as unhealthy; once
-// the server is flapping (Threshold transitions within Window, this one included) it raises one
-// flapping alert for the episode and then none until the episode ends.
-func (a *serverActor) alertFor(cmd *persistence.TransitionCmd) {
-	if cmd.To != health.Unhealthy {
-		return
-	}
-	f := &a.rec.flaps
-	f.prune(cmd.At, a.deps.flap.Window)
-	n := len(f.times) + 1
-	cmd.FlapCount = n
-	switch {
-	case n < a.deps.flap.Threshold:
-		cmd.AlertKind = persistence.AlertUnhealthy
-	case !f.alerted:
-		cmd.AlertKind = persistence.AlertFlapping
-	default:
-		cmd.AlertKind = "" // already alerted for this flapping episode
-	}
-}
-
-// evidenceWall converts the last evidence (a service-clock reading) to wall time for the alert.
-func (a *serverActor) evidenceWall(now time.Time) time.Time {
-	return now.UTC().Add(-now.Sub(a.rec.lastEvidence))
-}
-
-func (a *serverActor) applyTransition(cmd *persistence.TransitionCmd) {
+// applyTransition takes back a committed transition: the state machine applies it, the row and the
+// metrics follow.
+func (a *serverActor) applyTransition(t *lifecycle.Transition, cmd *persistence.TransitionCmd) {
 	rec := a.rec
-	a.deps.metrics.ServerStatus(rec.row.Status, cmd.To)
-	a.deps.metrics.Transition(context.Background(), cmd.From, cmd.To)
-	if cmd.To != health.Deregistered {
-		rec.flaps.record(cmd.At, a.deps.flap.Window)
-		if cmd.AlertKind == persistence.AlertFlapping {
-			rec.flaps.alerted = true
-			a.deps.log.WarnContext(telemetry.EventCarrier(cmd.TraceID, cmd.EventID).Context(), "server is flapping: one alert for the episode", "server_id", rec.id, "transitions", cmd.FlapCount)
-		}
+	a.deps.metrics.ServerStatus(rec.row.Status, t.To)
+	a.deps.metrics.Transition(context.Background(), t.From, t.To)
+	if rec.life.Committed(a.deps.life, t) {
+		a.deps.log.WarnContext(telemetry.EventCarrier(cmd.TraceID, cmd.EventID).Context(), "server is flapping: one alert for the episode", "server_id", rec.id, "transitions", t.FlapCount)
 	}
-	rec.row.Status = cmd.To
-	if cmd.To == health.Deregistered {
+	rec.row.Status = t.To
+	if t.To == health.Deregistered {
 		at := cmd.At
 		rec.row.DeregisteredAt = &at
-	}
-	if rec.pending == cmd {
-		rec.pending = nil
-	}
-}
-
-// noteEvidence records liveness evidence taken at now (a service-clock reading) with the monitor's stall at
-// that moment; evidence older than what the record holds is ignored. Every kind of evidence goes through it.
-func (r *serverRecord) noteEvidence(now time.Time, stall *stallClock) {
-	if now.After(r.lastEvidence) {
-		r.lastEvidence = now
-		r.stallAtEvidence = stall.now()
 	}
 }
 
 // arrivedEvidence counts a heartbeat or a completed round trip as evidence the moment its message arrives,
 // even if answering it must wait behind a write in flight: a monitor check queued meanwhile must not
-// judge the server on older evidence. A deregistered server takes no evidence.
+// judge the server on older evidence (lifecycle.Server.Evidence).
 func (a *serverActor) arrivedEvidence(now time.Time) {
-	if a.rec.row.Status != health.Deregistered {
-		a.rec.noteEvidence(now, a.deps.stall)
-	}
+	a.rec.life.Evidence(now, a.deps.stall.Total())
 }
 
 // adopt takes a committed registration or configuration as the server's state: registered, its row, fresh
-// evidence, no pending transition, and the operation's trace as the one transitions link back to.
-func (a *serverActor) adopt(row persistence.Server, now time.Time, carrier telemetry.Carrier) {
-	a.rec.registered = true
+// evidence, no pending transition, and the operation's trace as the one transitions link back to. The
+// first one tells the fleet, which keeps its own view of who is registered.
+func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.Time, carrier telemetry.Carrier) {
+	first := !a.rec.life.Registered()
 	a.rec.row = slim(row)
-	a.rec.noteEvidence(now, a.deps.stall)
-	a.rec.pending = nil
+	a.rec.life.Adopt(row.Status, now, a.deps.stall.Total())
 	a.rec.registrationTrace = carrier
 	a.rec.lastHeartbeatTrace = carrier
+	if first {
+		ctx.Send(ctx.Parent(), &serverRegistered{serverID: a.rec.id})
+	}
 }
 
 // slim drops what the actor never needs from a row it keeps for the life of the server (the capability
@@ -471,13 +426,12 @@ func slim(s persistence.Server) persistence.Server {
 	return s
 }
 
-// cascadeFor returns the skill availability a committed transition must cascade, or nil.
-func cascadeFor(cmd *persistence.TransitionCmd) *bool {
-	if cmd.From.Available() == cmd.To.Available() {
-		return nil
+// cascadeOf returns the skill availability a committed transition must cascade, or nil.
+func cascadeOf(t *lifecycle.Transition) *bool {
+	if v, changed := t.Cascade(); changed {
+		return &v
 	}
-	v := cmd.To.Available()
-	return &v
+	return nil
 }
 
 func (a *serverActor) attrs() []attribute.KeyValue {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
@@ -213,9 +214,10 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 		return nil, err
 	}
 	sdeps := &serverDeps{
-		clock: deps.Clock, thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, writeTimeout: cfg.WriteTimeout,
-		log: log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &stallClock{}, flap: cfg.Flap, massSilence: cfg.MassSilence.Fraction > 0,
+		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
+		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
+		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
+		stall: &lifecycle.Stall{},
 	}
 	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent)); err != nil {
 		return nil, err
@@ -255,7 +257,7 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
 			all = append(all, &serverRecord{
 				id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
-				registered: true, row: slim(s),
+				row:               slim(s),
 				registrationTrace: carrierFromTraceID(s.TraceID),
 			})
 			return nil
@@ -266,7 +268,7 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 	}
 	f.readyAt = f.clock.Now()
 	for _, r := range all {
-		r.lastEvidence = f.readyAt
+		r.life = lifecycle.Restore(r.row.Status, f.readyAt, 0) // restart grace: the deadline runs from readiness
 		f.metrics.ServerStatus("", r.row.Status)
 	}
 	for i := 0; i < len(all); i += 10000 {

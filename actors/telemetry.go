@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
@@ -82,27 +83,25 @@ var statusAttr = func() map[health.Status]attribute.KeyValue {
 	return m
 }()
 
-// startTransitionSpan starts the span of a monitor-driven transition to status to, and returns it with
-// the event id the transition must use. A new decision is a new root whose span id is derived from the
-// event id (so alert.deliver, maybe in a later process, can name it as parent); a decision that repeats
-// a pending one whose commit answer was lost keeps that one's event id and trace, as a child of its span.
-func (a *serverActor) startTransitionSpan(to health.Status, lag time.Duration, links []trace.Link) (trace.Span, uuid.UUID) {
-	rec := a.rec
+// startTransitionSpan starts the span of a monitor-driven transition t. A new decision is a new root
+// whose span id is derived from its event id (so alert.deliver, maybe in a later process, can name it as
+// parent); a decision that repeats a pending one whose commit answer was lost (t.Retry: same event id)
+// is a child of that one's span, in its trace.
+func (a *serverActor) startTransitionSpan(t *lifecycle.Transition, links []trace.Link) trace.Span {
 	opts := []trace.SpanStartOption{trace.WithLinks(links...),
-		trace.WithAttributes(a.transitionAttrs(rec.row.Status, to)...),
-		trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", lag.Milliseconds()))}
-	if p := rec.pending; p != nil && p.From == rec.row.Status && p.To == to {
-		if pc := telemetry.EventCarrier(p.TraceID, p.EventID); pc.SpanContext.IsValid() {
+		trace.WithAttributes(a.transitionAttrs(t.From, t.To)...),
+		trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", t.Lag.Milliseconds()))}
+	if t.Retry {
+		if pc := telemetry.EventCarrier(t.TraceID, t.EventID); pc.SpanContext.IsValid() {
 			_, span := a.deps.tracer.Start(pc.Context(), telemetry.AlwaysSampledSpan,
 				append(opts, trace.WithAttributes(attribute.Bool("mcpfleet.retry", true)))...)
-			return span, p.EventID
+			return span
 		}
 	}
-	id := uuid.New()
 	// A root: the background context has no parent (trace.WithNewRoot would defeat WithSpanID).
-	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(id))
+	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(t.EventID))
 	_, span := a.deps.tracer.Start(ctx, telemetry.AlwaysSampledSpan, opts...)
-	return span, id
+	return span
 }
 
 // startFlush starts the writer.flush span of one group commit: a root, linked to the (sampled)
