@@ -1,0 +1,391 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// These tests run the actor system over fakeStore: no database. They check what the shell owns —
+// ordering of durable steps, the stash, restart, respawn and stop — and that the lifecycle's decisions
+// reach the writer as they should.
+
+const testH = 10 * time.Second
+
+type harness struct {
+	t      *testing.T
+	store  *fakeStore
+	clock  *health.FakeClock
+	fleet  *Fleet
+	events chan string
+	tenant uuid.UUID
+	stop   func() // stops the running fleet once (an actor system cannot shut down twice)
+}
+
+func newHarness(t *testing.T, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, store: newFakeStore(), clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		events: make(chan string, 100), tenant: uuid.New()}
+	h.start(mod)
+	return h
+}
+
+func (h *harness) start(mod func(*Config)) {
+	h.t.Helper()
+	cfg := Config{HeartbeatInterval: testH, MonitorInterval: testH / 2, ManualMonitor: true, WriteTimeout: 2 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	f, err := Start(context.Background(), cfg, h.store, Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), OnEvent: func(e string) {
+		select {
+		case h.events <- e:
+		default:
+		}
+	}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.fleet = f
+	stopped := false
+	h.stop = func() {
+		h.t.Helper()
+		if stopped {
+			return
+		}
+		stopped = true
+		if err := f.Stop(context.Background()); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) register(module string) uuid.UUID {
+	h.t.Helper()
+	res, err := h.fleet.Register(context.Background(), RegisterRequest{TenantID: h.tenant, ModuleName: module, Version: "1"})
+	if err != nil {
+		h.t.Fatalf("register %s: %v", module, err)
+	}
+	return res.Server.ServerID
+}
+
+func (h *harness) monitor() {
+	h.t.Helper()
+	if err := h.fleet.RunMonitor(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// statuses returns the From→To of serverID's committed transitions.
+func (h *harness) statuses(serverID uuid.UUID) []health.Status {
+	var out []health.Status
+	for _, t := range h.store.transitions(serverID) {
+		out = append(out, t.To)
+	}
+	return out
+}
+
+func wantStatuses(t *testing.T, got []health.Status, want ...health.Status) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("transitions %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("transitions %v, want %v", got, want)
+		}
+	}
+}
+
+// barrier returns once serverID's actor has handled every message sent to it before: a heartbeat of
+// another tenant is answered at once (never stashed), behind them in the mailbox.
+func (h *harness) barrier(serverID uuid.UUID) {
+	h.t.Helper()
+	if _, err := h.fleet.Heartbeat(context.Background(), uuid.New(), serverID, carrier{}); !errors.Is(err, ErrNotFound) {
+		h.t.Fatalf("barrier heartbeat: %v", err)
+	}
+}
+
+// sendHeartbeat enqueues a heartbeat to serverID's actor now and returns a wait for its reply.
+func (h *harness) sendHeartbeat(serverID uuid.UUID) func() *heartbeatReply {
+	fut := h.fleet.system.Root.RequestFuture(h.fleet.serverPID(serverID),
+		&heartbeatMsg{tenantID: h.tenant, deadline: h.fleet.writeDeadline()}, 10*time.Second)
+	return func() *heartbeatReply {
+		res, err := fut.Result()
+		if err != nil {
+			h.t.Fatalf("heartbeat: %v", err)
+		}
+		return res.(*heartbeatReply)
+	}
+}
+
+// holdTransitions makes the next transition commit to status to block until release is called; started
+// is closed when it is in flight.
+func (h *harness) holdTransitions(to health.Status) (started <-chan struct{}, release func()) {
+	st, rel := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.store.setHook(func(c persistence.Command) error {
+		if t, ok := c.(*persistence.TransitionCmd); ok && t.To == to {
+			once.Do(func() { close(st); <-rel })
+		}
+		return nil
+	})
+	return st, func() { close(rel) }
+}
+
+func (h *harness) waitEvent(want string) {
+	h.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-h.events:
+			if e == want {
+				// The fleet (or the supervisor) handles the event in one step: a lookup behind it proves done.
+				if _, err := h.fleet.ask(context.Background(), h.fleet.fleet, &lookupMsg{}); err != nil {
+					h.t.Fatal(err)
+				}
+				return
+			}
+		case <-timeout:
+			h.t.Fatalf("no %s event", want)
+		}
+	}
+}
+
+func TestMonitorDecisionsReachTheWriter(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	h.clock.Advance(2 * testH)
+	h.monitor()
+	h.clock.Advance(testH)
+	h.monitor()
+	h.monitor() // nothing more to decide
+	res, err := h.fleet.Heartbeat(context.Background(), h.tenant, id, carrier{})
+	if err != nil || res.Status != health.Healthy {
+		t.Fatalf("heartbeat: %+v %v", res, err)
+	}
+	wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy, health.Healthy)
+	tr := h.store.transitions(id)
+	if tr[1].AlertKind != persistence.AlertUnhealthy || tr[0].AlertKind != "" || tr[2].Evidence == nil {
+		t.Fatalf("alerts %q %q, recovery evidence %v", tr[0].AlertKind, tr[1].AlertKind, tr[2].Evidence)
+	}
+	cascades := h.store.count(func(c persistence.Command) bool { _, ok := c.(*persistence.SkillAvailabilityCmd); return ok })
+	if cascades != 2 { // unavailable at unhealthy, available at recovery
+		t.Fatalf("%d cascades, want 2", cascades)
+	}
+	if _, err := h.fleet.Heartbeat(context.Background(), uuid.New(), id, carrier{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's heartbeat: %v", err)
+	}
+}
+
+// TestHeartbeatWaitsBehindTransition: a heartbeat that arrives while a transition is being committed
+// waits in the stash and is decided on the committed state: unhealthy, then the recovery.
+func TestHeartbeatWaitsBehindTransition(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	started, release := h.holdTransitions(health.Unhealthy)
+	h.clock.Advance(3 * testH)
+	done := make(chan struct{})
+	go func() { h.monitor(); close(done) }()
+	<-started
+	reply := h.sendHeartbeat(id)
+	h.barrier(id) // the heartbeat is in the stash
+	release()
+	<-done
+	if r := reply(); r.err != nil || r.res.Status != health.Healthy {
+		t.Fatalf("heartbeat reply %+v", r)
+	}
+	wantStatuses(t, h.statuses(id), health.Unhealthy, health.Healthy)
+}
+
+// TestLostCommitRetriedWithSameEventID: a transition whose commit failed, or whose commit answer was
+// lost, is decided again on the next tick with the same event id, so it is written once.
+func TestLostCommitRetriedWithSameEventID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"failed", errLost}, {"answer lost", errAnswerLost}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.register("a")
+			var lost uuid.UUID
+			h.store.setHook(func(c persistence.Command) error {
+				if t, ok := c.(*persistence.TransitionCmd); ok && lost == uuid.Nil {
+					lost = t.EventID
+					return tc.err
+				}
+				return nil
+			})
+			h.clock.Advance(3 * testH)
+			h.monitor()
+			h.monitor()
+			tr := h.store.transitions(id)
+			if len(tr) != 1 || tr[0].EventID != lost || tr[0].AlertKind != persistence.AlertUnhealthy {
+				t.Fatalf("committed %d transitions, want the lost event %s once", len(tr), lost)
+			}
+			h.monitor() // the retry was applied in memory: nothing more to decide
+			if n := len(h.store.transitions(id)); n != 1 {
+				t.Fatalf("%d transitions after the retry", n)
+			}
+		})
+	}
+}
+
+// TestRespawnKeepsDeadline: a server actor stopped from outside is respawned with its status and its
+// deadline: the monitor goes on from where it was.
+func TestRespawnKeepsDeadline(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	h.clock.Advance(2 * testH)
+	h.monitor()
+	h.fleet.system.Root.Stop(h.fleet.serverPID(id))
+	h.waitEvent("server_actor_respawn")
+	h.clock.Advance(testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
+}
+
+// TestStopAnswersTheStash: a server actor stopped while work waits in its stash answers that work
+// ErrUnavailable instead of leaving its caller to time out.
+func TestStopAnswersTheStash(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	started, release := h.holdTransitions(health.Unhealthy)
+	defer release()
+	h.clock.Advance(3 * testH)
+	go func() { _ = h.fleet.RunMonitor(context.Background()) }()
+	<-started
+	reply := h.sendHeartbeat(id)
+	h.barrier(id)
+	h.fleet.system.Root.Stop(h.fleet.serverPID(id))
+	if r := reply(); !errors.Is(r.err, ErrUnavailable) {
+		t.Fatalf("stashed heartbeat answered %+v", r)
+	}
+}
+
+// TestRestartGrace: a fleet started over persisted servers runs every deadline from its readiness.
+func TestRestartGrace(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	h.clock.Advance(10 * testH) // no monitor ran: the persisted evidence is 10H old
+	h.stop()
+	h.start(nil)
+	h.monitor()
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v right after a restart", got)
+	}
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Unhealthy)
+}
+
+// TestConfigureSeesRegistrationByMessage: the fleet knows a module is registered (ExistsError) or
+// still being registered (ErrUnavailable) from the server actor's messages alone.
+func TestConfigureSeesRegistrationByMessage(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	cfg := func(module string) error {
+		_, err := h.fleet.Configure(context.Background(), ConfigureRequest{ServerID: uuid.New(), TenantID: h.tenant, ModuleName: module, Version: "1"})
+		return err
+	}
+	var exists *ExistsError
+	if err := cfg("a"); !errors.As(err, &exists) || exists.ServerID != id {
+		t.Fatalf("configure a registered module: %v", err)
+	}
+	st, rel := make(chan struct{}), make(chan struct{})
+	h.store.setHook(func(c persistence.Command) error {
+		if _, ok := c.(*persistence.RegisterCmd); ok {
+			close(st)
+			<-rel
+		}
+		return nil
+	})
+	done := make(chan struct{})
+	go func() { h.register("b"); close(done) }()
+	<-st
+	if err := cfg("b"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("configure a module being registered: %v", err)
+	}
+	close(rel)
+	<-done
+	if err := cfg("b"); !errors.Is(err, ErrModuleExists) {
+		t.Fatalf("configure after the registration committed: %v", err)
+	}
+	if err := cfg("c"); err != nil {
+		t.Fatalf("configure a new module: %v", err)
+	}
+}
+
+// TestFailedFirstRegistrationIsForgotten: a new server whose first registration failed is removed
+// from the fleet, and the next registration of the module starts afresh.
+func TestFailedFirstRegistrationIsForgotten(t *testing.T) {
+	h := newHarness(t, nil)
+	var once sync.Once
+	h.store.setHook(func(c persistence.Command) error {
+		var err error
+		if _, ok := c.(*persistence.RegisterCmd); ok {
+			once.Do(func() { err = errLost })
+		}
+		return err
+	})
+	if _, err := h.fleet.Register(context.Background(), RegisterRequest{TenantID: h.tenant, ModuleName: "a"}); err == nil {
+		t.Fatal("a failed commit was acknowledged")
+	}
+	id := h.register("a")
+	if _, err := h.fleet.Heartbeat(context.Background(), h.tenant, id, carrier{}); err != nil {
+		t.Fatalf("heartbeat after a retried registration: %v", err)
+	}
+}
+
+// TestMassSilenceHoldsAtDegraded: past the tenant's budget, servers are held at degraded and one
+// fleet-level alert is written.
+func TestMassSilenceHoldsAtDegraded(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MassSilence = MassSilenceConfig{Fraction: 0.01, Min: 1} })
+	ids := []uuid.UUID{h.register("a"), h.register("b"), h.register("c")}
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	n := map[health.Status]int{}
+	for _, id := range ids {
+		for _, s := range h.statuses(id) {
+			n[s]++
+		}
+	}
+	if n[health.Unhealthy] != 1 || n[health.Degraded] != 2 {
+		t.Fatalf("transitions %v, want 1 unhealthy and 2 held at degraded", n)
+	}
+	h.stop() // drains the fleet alert's write
+	alerts := h.store.count(func(c persistence.Command) bool { _, ok := c.(*persistence.FleetAlertCmd); return ok })
+	if alerts != 1 {
+		t.Fatalf("%d fleet alerts, want 1", alerts)
+	}
+}
+
+// TestTickStallExtendsDeadlines: a periodic tick handled late counts its lateness as the monitor's
+// stall, not as the servers' silence.
+func TestTickStallExtendsDeadlines(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	tick := func() {
+		if err := h.fleet.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	h.clock.Advance(testH/2 + 3*testH) // one period, and a 3H stall
+	tick()
+	h.waitEvent("monitor_stall")
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v after a monitor stall", got)
+	}
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Unhealthy)
+}
