@@ -124,18 +124,19 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			f.deps.log.Error("fleet alert not written", "err", err)
 		}
 	case *respawnMsg:
-		if e, ok := f.entries[msg.id]; ok && f.children[msg.id] == nil {
-			f.spawn(ctx, e.rec)
+		if _, ok := f.entries[msg.id]; ok && f.children[msg.id] == nil {
+			f.spawn(ctx, msg.id)
 		}
 	}
 }
 
-// add takes a new server into the fleet and spawns its actor.
+// add takes a new server into the fleet and spawns its actor. rec is read here, before any server
+// actor has it, and never again.
 func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) {
 	f.entries[rec.id] = &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
 	f.byModule[rec.key] = rec.id
 	f.tenants[rec.tenantID]++
-	f.spawn(ctx, rec)
+	f.spawn(ctx, rec.id)
 }
 
 func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
@@ -189,18 +190,18 @@ func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
 	if cur := f.children[id]; cur != nil && cur.Equal(msg.Who) {
 		delete(f.children, id)
 	}
-	if e, ok := f.entries[id]; ok && f.children[id] == nil {
+	if _, ok := f.entries[id]; ok && f.children[id] == nil {
 		f.deps.log.Warn("server actor stopped; respawning it", "server_id", id)
 		if f.onEvent != nil {
 			f.onEvent("server_actor_respawn")
 		}
-		f.spawn(ctx, e.rec)
+		f.spawn(ctx, id)
 	}
 }
 
-func (f *fleetActor) spawn(ctx actor.Context, rec *serverRecord) {
-	id := rec.id
-	pid, err := ctx.SpawnNamed(newServerProps(rec, f.deps), id.String())
+// spawn starts an incarnation of server id's actor over its record.
+func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
+	pid, err := ctx.SpawnNamed(newServerProps(f.entries[id].rec, f.deps), id.String())
 	if err != nil {
 		// The old process may not be unregistered yet: try again shortly.
 		f.deps.log.Warn("spawn server actor failed; retrying", "server_id", id, "err", err)
