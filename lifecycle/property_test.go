@@ -141,7 +141,7 @@ func (m *sim) step(op byte, arg byte) {
 // TestReliabilityContract runs many random programs through the simulator.
 func TestReliabilityContract(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 500 {
+	for range 300 {
 		m := newSim(t, r.IntN(2) == 0)
 		for range 300 {
 			m.step(byte(r.UintN(256)), byte(r.UintN(256)))
