@@ -239,18 +239,34 @@ func TestLostCommitRetriedWithSameEventID(t *testing.T) {
 	}
 }
 
-// TestRespawnKeepsDeadline: a server actor stopped from outside is respawned with its status and its
+// takeDowns are the ways a server actor is taken down from outside, with the event the fleet reports
+// when it brings the actor back. The chaos build adds a panic (restart in place) and a poison.
+type takeDown struct {
+	name, event string
+	do          func(f *Fleet, id uuid.UUID)
+}
+
+var takeDowns = []takeDown{
+	{"stop", "server_actor_respawn", func(f *Fleet, id uuid.UUID) { f.system.Root.Stop(f.serverPID(id)) }},
+}
+
+// TestTakenDownKeepsDeadline: a server actor taken down is brought back with its status and its
 // deadline: the monitor goes on from where it was.
-func TestRespawnKeepsDeadline(t *testing.T) {
-	h := newHarness(t, nil)
-	id := h.register("a")
-	h.clock.Advance(2 * testH)
-	h.monitor()
-	h.fleet.system.Root.Stop(h.fleet.serverPID(id))
-	h.waitEvent("server_actor_respawn")
-	h.clock.Advance(testH)
-	h.monitor()
-	wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
+func TestTakenDownKeepsDeadline(t *testing.T) {
+	for _, td := range takeDowns {
+		t.Run(td.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.register("a")
+			h.clock.Advance(2 * testH)
+			h.monitor()
+			td.do(h.fleet, id)
+			h.waitEvent(td.event)
+			h.clock.Advance(testH)
+			h.monitor()
+			h.barrier(id)
+			wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
+		})
+	}
 }
 
 // TestStopAnswersTheStash: a server actor stopped while work waits in its stash answers that work
