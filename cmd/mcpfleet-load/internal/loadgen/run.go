@@ -154,14 +154,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	// (d) The ceiling first, while the service is idle and before any
 	// module exists, so that nothing else competes with the no-op server.
 	if cfg.Ceiling && cfg.PeakDuration > 0 {
-		r.logf("ceiling: no-op gin server in a child process, %d workers for %s", cfg.PeakWorkers, cfg.PeakDuration)
-		ph, err := r.ceiling(ctx)
-		if err != nil {
-			r.note("ceiling not measured: %v", err)
-		} else {
-			s.Ceiling = summarizePhase(ph, 0)
-			r.logf("ceiling: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms))
-		}
+		r.measureCeiling(ctx, s)
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("load run: %w", ctx.Err())
@@ -217,63 +210,16 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	r.cur.Store(steady)
 	warm.finish()
 	if cfg.Duration > 0 {
-		r.logf("steady: %d modules heartbeating every %s ±%s for %s (%.0f heartbeats/s expected)",
-			reg.summary.Registered, cfg.Interval, cfg.Jitter, cfg.Duration, float64(reg.summary.Registered)/cfg.Interval.Seconds())
-		r.setProgress(func() string { return r.phaseProgress(steady, cfg.Duration) })
-		cpu0, _ := ReadCPUTime(os.Getpid())
-		var svc0 time.Duration
-		var svcErr error
-		if cfg.ServicePID > 0 {
-			svc0, svcErr = ReadCPUTime(cfg.ServicePID)
-		}
-		sctx, sdone := context.WithTimeout(ctx, cfg.Duration)
-		swept := r.sweepLoop(sctx)
-		<-sctx.Done()
-		sdone()
-		<-swept
-		r.setProgress(nil)
-		el := steady.elapsed()
-		if cpu1, err := ReadCPUTime(os.Getpid()); err == nil {
-			s.CPU.ClientPercent = 100 * float64(cpu1-cpu0) / float64(el)
-		}
-		if cfg.ServicePID > 0 && svcErr == nil {
-			if svc1, err := ReadCPUTime(cfg.ServicePID); err == nil {
-				s.CPU.ServicePercent = 100 * float64(svc1-svc0) / float64(el)
-				s.CPU.ServiceMeasured = true
-			}
-		}
+		r.runSteady(ctx, s, steady, reg.summary.Registered)
 	}
 	steady.finish()
 	s.Steady = summarizePhase(steady, float64(reg.summary.Registered)/cfg.Interval.Seconds())
 	s.Warmup = summarizePhase(warm, 0)
 
-	// Final sweep, while every module is still heartbeating.
-	final, err := r.sweep(ctx)
-	if err != nil {
-		s.Sweep.Error = err.Error()
-		r.note("final sweep failed: %v", err)
-	} else {
-		s.Sweep.Done = true
-		s.Sweep.Degraded, s.Sweep.Unhealthy, s.Sweep.Foreign = final.degraded, final.unhealthy, final.foreign
-		s.Sweep.LateModules = final.late
-	}
-	r.sweepMu.Lock()
-	s.Sweep.OnTimeNonHealthy = len(r.sweepFalse)
-	if r.sweepErr != nil && s.Sweep.Error == "" {
-		s.Sweep.Error = r.sweepErr.Error()
-	}
-	r.sweepMu.Unlock()
-
+	// Final sweep, while every module is still heartbeating; then RSS.
+	r.finalSweep(ctx, s)
 	if cfg.ServicePID > 0 && s.RSS.Error == "" {
-		kib, err := ReadRSS(cfg.ServicePID)
-		if err != nil {
-			s.RSS.Error = err.Error()
-			r.note("RSS after the steady phase not read: %v", err)
-		} else {
-			s.RSS.AfterKiB = kib
-			s.RSS.Measured = true
-			s.RSS.PerServerKiB = float64(kib-s.RSS.BeforeKiB) / float64(reg.summary.Registered)
-		}
+		r.readRSSAfter(s, reg.summary.Registered)
 	}
 	r.logf("steady: %.0f heartbeats/s, p50 %s, p99 %s, max %s, %d errors, %d non-healthy answers on time, sweeps: %d on-time servers non-healthy; CPU: load generator %.0f %%, service %.0f %% of a core",
 		s.Steady.RatePerSecond, ms(s.Steady.P50Ms), ms(s.Steady.P99Ms), ms(s.Steady.MaxMs), s.Steady.Errors.Total,
@@ -282,43 +228,14 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	// (c) Peak: closed loop over the registered modules, the wheel still
 	// beating underneath; both count.
 	if cfg.PeakDuration > 0 && ctx.Err() == nil {
-		r.logf("peak: %d closed-loop workers for %s (steady heartbeats continue underneath)", cfg.PeakWorkers, cfg.PeakDuration)
-		ph := newPhase("peak")
-		r.cur.Store(ph)
-		registered := make([]int32, 0, len(r.byID))
-		for i := range r.mods {
-			if r.mods[i].state.Load() == stateRegistered {
-				registered = append(registered, int32(i))
-			}
-		}
-		r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(registered), func(k int) (*module, []byte) {
-			m := &r.mods[registered[k]]
-			return m, m.body
-		})
-		s.Peak = summarizePhase(ph, 0)
-		r.logf("peak: %.0f heartbeats/s, p99 %s, %d errors", s.Peak.RatePerSecond, ms(s.Peak.P99Ms), s.Peak.Errors.Total)
-		if s.Ceiling.RatePerSecond > 0 {
-			s.CeilingRatioPercent = 100 * s.Peak.RatePerSecond / s.Ceiling.RatePerSecond
-			r.logf("peak is %.1f %% of the no-op ceiling", s.CeilingRatioPercent)
-		}
+		r.runPeak(ctx, s)
 	}
 
 	// Deregistration; the wheel keeps the rest alive meanwhile.
 	tail := newPhase("deregistration heartbeats")
 	r.cur.Store(tail)
 	if cfg.Deregister {
-		dctx := ctx
-		if ctx.Err() != nil {
-			// Interrupted or out of time: still clean up, within a minute, so
-			// that the service is not left with a fleet going unhealthy.
-			r.logf("stopping early: deregistering the registered modules (at most 1m)")
-			var dcancel context.CancelFunc
-			dctx, dcancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer dcancel()
-		}
-		s.Deregistration = r.deregister(dctx)
-		r.logf("deregistration: %d modules in %.1fs, %d errors",
-			s.Deregistration.Deregistered, s.Deregistration.Seconds, s.Deregistration.Errors.Total)
+		r.deregisterAll(ctx, s)
 	} else {
 		r.note("modules were left registered (--deregister=false); they will go unhealthy")
 	}
@@ -343,6 +260,120 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		return s, ErrTargetsMissed
 	}
 	return s, nil
+}
+
+// measureCeiling measures the no-op server's rate into s.Ceiling (a note if it cannot).
+func (r *runner) measureCeiling(ctx context.Context, s *Summary) {
+	r.logf("ceiling: no-op gin server in a child process, %d workers for %s", r.cfg.PeakWorkers, r.cfg.PeakDuration)
+	ph, err := r.ceiling(ctx)
+	if err != nil {
+		r.note("ceiling not measured: %v", err)
+		return
+	}
+	s.Ceiling = summarizePhase(ph, 0)
+	r.logf("ceiling: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms))
+}
+
+// runSteady runs the steady phase for cfg.Duration, sweeping for non-healthy servers meanwhile, and
+// records the CPU the load generator and the service spent in s.CPU.
+func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, registered int) {
+	r.logf("steady: %d modules heartbeating every %s ±%s for %s (%.0f heartbeats/s expected)",
+		registered, r.cfg.Interval, r.cfg.Jitter, r.cfg.Duration, float64(registered)/r.cfg.Interval.Seconds())
+	r.setProgress(func() string { return r.phaseProgress(steady, r.cfg.Duration) })
+	cpu0, _ := ReadCPUTime(os.Getpid())
+	var svc0 time.Duration
+	var svcErr error
+	if r.cfg.ServicePID > 0 {
+		svc0, svcErr = ReadCPUTime(r.cfg.ServicePID)
+	}
+	sctx, sdone := context.WithTimeout(ctx, r.cfg.Duration)
+	swept := r.sweepLoop(sctx)
+	<-sctx.Done()
+	sdone()
+	<-swept
+	r.setProgress(nil)
+	el := steady.elapsed()
+	if cpu1, err := ReadCPUTime(os.Getpid()); err == nil {
+		s.CPU.ClientPercent = 100 * float64(cpu1-cpu0) / float64(el)
+	}
+	if r.cfg.ServicePID > 0 && svcErr == nil {
+		if svc1, err := ReadCPUTime(r.cfg.ServicePID); err == nil {
+			s.CPU.ServicePercent = 100 * float64(svc1-svc0) / float64(el)
+			s.CPU.ServiceMeasured = true
+		}
+	}
+}
+
+// finalSweep lists the fleet once more into s.Sweep, with what the sweeps of the steady phase found.
+func (r *runner) finalSweep(ctx context.Context, s *Summary) {
+	final, err := r.sweep(ctx)
+	if err != nil {
+		s.Sweep.Error = err.Error()
+		r.note("final sweep failed: %v", err)
+	} else {
+		s.Sweep.Done = true
+		s.Sweep.Degraded, s.Sweep.Unhealthy, s.Sweep.Foreign = final.degraded, final.unhealthy, final.foreign
+		s.Sweep.LateModules = final.late
+	}
+	r.sweepMu.Lock()
+	s.Sweep.OnTimeNonHealthy = len(r.sweepFalse)
+	if r.sweepErr != nil && s.Sweep.Error == "" {
+		s.Sweep.Error = r.sweepErr.Error()
+	}
+	r.sweepMu.Unlock()
+}
+
+// readRSSAfter reads the service's RSS after the steady phase into s.RSS.
+func (r *runner) readRSSAfter(s *Summary, registered int) {
+	kib, err := ReadRSS(r.cfg.ServicePID)
+	if err != nil {
+		s.RSS.Error = err.Error()
+		r.note("RSS after the steady phase not read: %v", err)
+	} else {
+		s.RSS.AfterKiB = kib
+		s.RSS.Measured = true
+		s.RSS.PerServerKiB = float64(kib-s.RSS.BeforeKiB) / float64(registered)
+	}
+}
+
+// runPeak runs the closed-loop peak over the registered modules into s.Peak.
+func (r *runner) runPeak(ctx context.Context, s *Summary) {
+	r.logf("peak: %d closed-loop workers for %s (steady heartbeats continue underneath)", r.cfg.PeakWorkers, r.cfg.PeakDuration)
+	ph := newPhase("peak")
+	r.cur.Store(ph)
+	registered := make([]int32, 0, len(r.byID))
+	for i := range r.mods {
+		if r.mods[i].state.Load() == stateRegistered {
+			registered = append(registered, int32(i))
+		}
+	}
+	r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(registered), func(k int) (*module, []byte) {
+		m := &r.mods[registered[k]]
+		return m, m.body
+	})
+	s.Peak = summarizePhase(ph, 0)
+	r.logf("peak: %.0f heartbeats/s, p99 %s, %d errors", s.Peak.RatePerSecond, ms(s.Peak.P99Ms), s.Peak.Errors.Total)
+	if s.Ceiling.RatePerSecond > 0 {
+		s.CeilingRatioPercent = 100 * s.Peak.RatePerSecond / s.Ceiling.RatePerSecond
+		r.logf("peak is %.1f %% of the no-op ceiling", s.CeilingRatioPercent)
+	}
+}
+
+// deregisterAll deregisters the registered modules into s.Deregistration; if ctx is already done, it
+// still cleans up, within a minute.
+func (r *runner) deregisterAll(ctx context.Context, s *Summary) {
+	dctx := ctx
+	if ctx.Err() != nil {
+		// Interrupted or out of time: still clean up, within a minute, so
+		// that the service is not left with a fleet going unhealthy.
+		r.logf("stopping early: deregistering the registered modules (at most 1m)")
+		var dcancel context.CancelFunc
+		dctx, dcancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer dcancel()
+	}
+	s.Deregistration = r.deregister(dctx)
+	r.logf("deregistration: %d modules in %.1fs, %d errors",
+		s.Deregistration.Deregistered, s.Deregistration.Seconds, s.Deregistration.Errors.Total)
 }
 
 func (r *runner) now() int64 { return int64(time.Since(r.t0)) }
