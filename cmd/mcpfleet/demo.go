@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpfleet/mcpfleet/actors"
@@ -58,47 +59,12 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 	}
 	defer pg.Close()
 
-	// A fresh database each run, so the demo starts from nothing.
-	if err := recreateDatabase(ctx, pg.AdminURL("postgres"), demoDatabase); err != nil {
-		return err
-	}
-	cfg.AdminDatabaseURL = pg.AdminURL(demoDatabase)
-	cfg.DatabaseURL = pg.URLFor("cyberos_app", demoDatabase)
-	if _, err := migrations.Up(ctx, cfg.AdminDatabaseURL); err != nil {
-		return err
-	}
-	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+	tenant, keys, err := freshDemoDatabase(ctx, pg, &cfg)
 	if err != nil {
 		return err
 	}
-	tenant, err := admin.CreateTenant(ctx, "demo")
-	if err != nil {
-		admin.Close()
+	if err := allowDemoServers(&cfg); err != nil {
 		return err
-	}
-	keys := map[persistence.Role]persistence.CreatedKey{}
-	for _, r := range []persistence.Role{persistence.RoleAdmin, persistence.RoleOperator, persistence.RoleModule} {
-		k, err := admin.CreateAPIKey(ctx, tenant, r)
-		if err != nil {
-			admin.Close()
-			return err
-		}
-		keys[r] = k
-	}
-	admin.Close()
-
-	// The demo's MCP servers listen on loopback, which the endpoint policy refuses unless listed; and a
-	// demo needs a key to seal credentials an operator may configure (a fresh one per run: the demo
-	// database is fresh too).
-	cfg.EndpointAllowlist = append(cfg.EndpointAllowlist, "127.0.0.1", "::1", "localhost")
-	if cfg.SecretKey == nil {
-		var raw [32]byte
-		if _, err := rand.Read(raw[:]); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		if cfg.SecretKey, err = secrets.ParseKey(hex.EncodeToString(raw[:])); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
 	}
 
 	hook, err := startAlertReceiver(stdout)
@@ -148,6 +114,57 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		return nil
 	}
 	return err
+}
+
+// freshDemoDatabase recreates the demo database on pg (so the demo starts from nothing), migrates it,
+// points cfg at it, and creates the demo tenant with one key of each role.
+func freshDemoDatabase(ctx context.Context, pg *pgserver.Server, cfg *service.Config) (uuid.UUID, map[persistence.Role]persistence.CreatedKey, error) {
+	if err := recreateDatabase(ctx, pg.AdminURL("postgres"), demoDatabase); err != nil {
+		return uuid.Nil, nil, err
+	}
+	cfg.AdminDatabaseURL = pg.AdminURL(demoDatabase)
+	cfg.DatabaseURL = pg.URLFor("cyberos_app", demoDatabase)
+	if _, err := migrations.Up(ctx, cfg.AdminDatabaseURL); err != nil {
+		return uuid.Nil, nil, err
+	}
+	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	defer admin.Close()
+	tenant, err := admin.CreateTenant(ctx, "demo")
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	keys := map[persistence.Role]persistence.CreatedKey{}
+	for _, r := range []persistence.Role{persistence.RoleAdmin, persistence.RoleOperator, persistence.RoleModule} {
+		k, err := admin.CreateAPIKey(ctx, tenant, r)
+		if err != nil {
+			return uuid.Nil, nil, err
+		}
+		keys[r] = k
+	}
+	return tenant, keys, nil
+}
+
+// allowDemoServers lets the service reach the demo's MCP servers, which listen on loopback (the endpoint
+// policy refuses it unless listed), and gives it a key to seal credentials an operator may configure (a
+// fresh one per run: the demo database is fresh too).
+func allowDemoServers(cfg *service.Config) error {
+	cfg.EndpointAllowlist = append(cfg.EndpointAllowlist, "127.0.0.1", "::1", "localhost")
+	if cfg.SecretKey != nil {
+		return nil
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	key, err := secrets.ParseKey(hex.EncodeToString(raw[:]))
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	cfg.SecretKey = key
+	return nil
 }
 
 func recreateDatabase(ctx context.Context, adminURL, name string) error {
