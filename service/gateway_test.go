@@ -260,7 +260,7 @@ func TestGatewayClientDisconnectExactlyOnce(t *testing.T) {
 func TestGatewayRestartMidCall(t *testing.T) {
 	h := newHarness(t, withGateway(30*time.Second, 4))
 	srv := mcptest.Tools(t)
-	_, skills := h.gatewayServer("tools", srv.URL, false, "hang")
+	_, skills := h.gatewayServer("tools", srv.URL, false, "hang", "text")
 	body := callBody("run-r", skills["hang"].SkillID, nil)
 	answer := make(chan response, 1)
 	go func() { answer <- h.postCall(body, "Idempotency-Key", "k-r") }()
@@ -283,7 +283,11 @@ func TestGatewayRestartMidCall(t *testing.T) {
 	if c.CallID != calls[0].CallID || c.State != "failed" {
 		t.Errorf("the retry after the restart: %+v", c)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// No sleep to wait for a replay that should not come: a later call to the same server, completed end to
+	// end, is the condition after which one would have arrived (the new process sends nothing of its own).
+	if c := h.mustCall(callBody("run-r2", skills["text"].SkillID, nil)); c.State != "succeeded" || srv.Calls("text") != 1 {
+		t.Fatalf("a later call to the same server: %+v", c)
+	}
 	if n := srv.Calls("hang"); n != 1 {
 		t.Fatalf("hang arrived %d times, want exactly once", n)
 	}
@@ -320,9 +324,13 @@ func TestGatewayCrashLeavesNoReplay(t *testing.T) {
 	if ev := eventKinds(h.runEvents("run-x")); !slices.Equal(ev, []string{"call.failed:interrupted", "call.failed:interrupted"}) {
 		t.Errorf("events %v", ev)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := srv.Calls("text"); n != 0 {
-		t.Fatalf("a call left running was re-sent (%d times)", n)
+	// No sleep to wait for a replay that should not come: a later call to the same tool, completed end to
+	// end, is the condition after which one would have arrived; it must be the only one.
+	if c := h.mustCall(callBody("run-y", skills["text"].SkillID, nil)); c.State != "succeeded" {
+		t.Fatalf("a later call to the same server: %+v", c)
+	}
+	if n := srv.Calls("text"); n != 1 {
+		t.Fatalf("a call left running was re-sent (%d arrivals, want only the later call)", n)
 	}
 	// A terminal state never changes again, even written directly.
 	if _, err := h.db.AdminPool(t).Exec(ctx, `UPDATE mcp_calls SET state = 'running' WHERE call_id = $1`, sent); err == nil {
