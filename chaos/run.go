@@ -201,6 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"MCPFLEET_ALERT_WEBHOOK_URL="+r.hook.url(),
 		"MCPFLEET_ALERT_WEBHOOK_SECRET="+secret,
 		"MCPFLEET_LOG_LEVEL=info",
+		"MCPFLEET_METRICS_ADDR=off", // the suite reads no metrics; never collide on the default port
 	)
 	defer r.svc.kill()
 	r.rec.inc = r.svc.current

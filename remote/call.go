@@ -41,7 +41,7 @@ func (s *Service) CallTool(ctx context.Context, srv persistence.Server, cfg pers
 	}
 	defer cl.CloseIdleConnections()
 	start := time.Now()
-	octx, op := s.obs.Start(ctx, telemetry.MCPCallTool, srv.ModuleName, tool)
+	octx, op := s.obs.Start(ctx, telemetry.MCPCallTool, srv.TenantID, srv.ModuleName, tool)
 	res, err := cl.CallTool(octx, tool, args)
 	op.End(octx, err)
 	var me *mcpclient.Error

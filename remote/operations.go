@@ -144,7 +144,7 @@ func (s *Service) TestConnection(ctx context.Context, tenantID, serverID uuid.UU
 		return ConnectionReport{}, err
 	}
 	defer cl.CloseIdleConnections()
-	octx, op := s.obs.Start(ctx, telemetry.MCPHandshake, srv.ModuleName, "")
+	octx, op := s.obs.Start(ctx, telemetry.MCPHandshake, srv.TenantID, srv.ModuleName, "")
 	rep, err := cl.Handshake(octx)
 	op.End(octx, err)
 	if err != nil {
@@ -213,7 +213,7 @@ func (s *Service) Import(ctx context.Context, tenantID, serverID uuid.UUID) (Imp
 		return ImportReport{}, err
 	}
 	defer cl.CloseIdleConnections()
-	octx, op := s.obs.Start(ctx, telemetry.MCPListTools, srv.ModuleName, "")
+	octx, op := s.obs.Start(ctx, telemetry.MCPListTools, srv.TenantID, srv.ModuleName, "")
 	cat, err := cl.ListTools(octx)
 	op.End(octx, err)
 	// The far side has answered (or failed): what it said is written even if the caller went away.

@@ -191,7 +191,7 @@ func (p *prober) probe(ctx context.Context, c persistence.ServerConfig, module s
 		return ProbeResult{At: p.s.wallNow(), Reason: "The probe could not be made: " + err.Error()}
 	}
 	defer cl.CloseIdleConnections()
-	octx, op := p.s.obs.Start(ctx, telemetry.MCPHandshake, module, "")
+	octx, op := p.s.obs.Start(ctx, telemetry.MCPHandshake, c.TenantID, module, "")
 	rep, err := cl.Handshake(octx)
 	op.End(octx, err)
 	if err != nil {

@@ -16,19 +16,22 @@ import (
 // Config is the whole configuration of mcpfleet, parsed once from the environment (and flags, which
 // the command applies on top) and then narrowed into each package's own config.
 type Config struct {
-	DatabaseURL         string        // MCPFLEET_DATABASE_URL: runtime connection, as the app role
-	AdminDatabaseURL    string        // MCPFLEET_ADMIN_DATABASE_URL: owner connection (migrate, tenant, apikey)
-	HTTPAddr            string        // MCPFLEET_HTTP_ADDR, default 127.0.0.1:8080
-	HeartbeatInterval   time.Duration // MCPFLEET_HEARTBEAT_INTERVAL, default 10s
-	MonitorInterval     time.Duration // MCPFLEET_MONITOR_INTERVAL, default 5s
-	StampFlushInterval  time.Duration // MCPFLEET_STAMP_FLUSH_INTERVAL, default 500ms, at most 1s
-	WriteTimeout        time.Duration // MCPFLEET_WRITE_TIMEOUT, default 5s
-	AlertWebhookURL     string        // MCPFLEET_ALERT_WEBHOOK_URL
-	AlertWebhookSecret  string        // MCPFLEET_ALERT_WEBHOOK_SECRET
-	LogLevel            slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
-	TraceExport         bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
-	DBMaxConns          int32         // MCPFLEET_DB_MAX_CONNS, default 8
-	PprofAddr           string        // MCPFLEET_PPROF_ADDR: serve Go's profiler there (off when empty)
+	DatabaseURL        string        // MCPFLEET_DATABASE_URL: runtime connection, as the app role
+	AdminDatabaseURL   string        // MCPFLEET_ADMIN_DATABASE_URL: owner connection (migrate, tenant, apikey)
+	HTTPAddr           string        // MCPFLEET_HTTP_ADDR, default 127.0.0.1:8080
+	HeartbeatInterval  time.Duration // MCPFLEET_HEARTBEAT_INTERVAL, default 10s
+	MonitorInterval    time.Duration // MCPFLEET_MONITOR_INTERVAL, default 5s
+	StampFlushInterval time.Duration // MCPFLEET_STAMP_FLUSH_INTERVAL, default 500ms, at most 1s
+	WriteTimeout       time.Duration // MCPFLEET_WRITE_TIMEOUT, default 5s
+	AlertWebhookURL    string        // MCPFLEET_ALERT_WEBHOOK_URL
+	AlertWebhookSecret string        // MCPFLEET_ALERT_WEBHOOK_SECRET
+	LogLevel           slog.Level    // MCPFLEET_LOG_LEVEL: debug, info, warn, error; default info
+	TraceExport        bool          // on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
+	DBMaxConns         int32         // MCPFLEET_DB_MAX_CONNS, default 8
+	PprofAddr          string        // MCPFLEET_PPROF_ADDR: serve Go's profiler there (off when empty)
+	// MetricsAddr is MCPFLEET_METRICS_ADDR, default 127.0.0.1:9464 ("off": none): every metric, the
+	// per-server series included, on a listener of its own. Empty here means none.
+	MetricsAddr         string
 	FlapWindow          time.Duration // MCPFLEET_FLAP_WINDOW, default 15m
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
@@ -50,6 +53,10 @@ type Config struct {
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
 }
+
+// DefaultMetricsAddr is where every metric is served unless MCPFLEET_METRICS_ADDR says otherwise:
+// loopback, the port commonly used for OpenTelemetry's Prometheus exporter.
+const DefaultMetricsAddr = "127.0.0.1:9464"
 
 // FromEnv reads the configuration from getenv, applies defaults and validates it.
 func FromEnv(getenv func(string) string) (Config, error) {
@@ -83,6 +90,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	dur("MCPFLEET_WRITE_TIMEOUT", 5*time.Second, &c.WriteTimeout)
 	dur("MCPFLEET_FLAP_WINDOW", 15*time.Minute, &c.FlapWindow)
 	c.PprofAddr = getenv("MCPFLEET_PPROF_ADDR")
+	switch v := strings.TrimSpace(getenv("MCPFLEET_METRICS_ADDR")); v {
+	case "":
+		c.MetricsAddr = DefaultMetricsAddr
+	case "off":
+	default:
+		c.MetricsAddr = v
+	}
 	num := func(name string, def, lo, hi float64, dst *float64) {
 		*dst = def
 		if v := getenv(name); v != "" {
@@ -144,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("MCPFLEET_HTTP_ADDR=%q is not host:port", c.HTTPAddr))
+	}
+	if _, _, err := net.SplitHostPort(c.MetricsAddr); c.MetricsAddr != "" && err != nil {
+		errs = append(errs, fmt.Errorf("MCPFLEET_METRICS_ADDR=%q is not host:port (or off)", c.MetricsAddr))
 	}
 	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("MCPFLEET_HEARTBEAT_INTERVAL=%s: want 10ms to 1h", c.HeartbeatInterval))

@@ -48,10 +48,13 @@ type Service struct {
 	metrics *telemetry.Metrics
 	http    *http.Server
 	ln      net.Listener
-	ready   atomic.Bool
-	served  chan error
-	remote  *remote.Service
-	gateway *gateway.Gateway
+	// metricsSrv serves every metric on MCPFLEET_METRICS_ADDR (nil when off).
+	metricsSrv *http.Server
+	metricsLn  net.Listener
+	ready      atomic.Bool
+	served     chan error
+	remote     *remote.Service
+	gateway    *gateway.Gateway
 }
 
 // Start starts the service and returns once it is ready and listening. If it fails, whatever it had
@@ -108,6 +111,9 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+		return nil, err
 	}
 	s.http = &http.Server{
 		Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
@@ -195,6 +201,11 @@ func (s *Service) Close(ctx context.Context) error {
 		}
 	} else if s.ln != nil {
 		_ = s.ln.Close() // Start failed after listening: nothing was served
+	}
+	if s.metricsSrv != nil {
+		if err := s.metricsSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("metrics listener shutdown: %w", err))
+		}
 	}
 	if s.remote != nil {
 		if err := s.remote.Stop(ctx); err != nil {

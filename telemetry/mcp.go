@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -17,6 +18,15 @@ const (
 	MCPHandshake = "handshake"  // test connection: server/discover or initialize
 	MCPListTools = "list_tools" // catalogue import: paginated tools/list
 	MCPCallTool  = "call_tool"  // handshake + tools/call
+	// MCPOther stands, in the public series, for a kind or an outcome outside the closed sets.
+	MCPOther = "other"
+)
+
+// The closed label sets of the public MCP operation series.
+var (
+	mcpKinds    = []string{MCPHandshake, MCPListTools, MCPCallTool, MCPOther}
+	mcpOutcomes = []string{"ok", string(mcpclient.ClassTransport), string(mcpclient.ClassTimeout), string(mcpclient.ClassAuth),
+		string(mcpclient.ClassProtocol), string(mcpclient.ClassInvalidResponse), "error", MCPOther}
 )
 
 // mcpMethods is the MCP method that names each kind's span (OpenTelemetry MCP semantic conventions:
@@ -36,18 +46,19 @@ type MCPOperation struct {
 	o      *MCPObserver
 	span   trace.Span
 	kind   string
+	tenant string
 	server string
 	start  time.Time
 }
 
 // Start begins an operation of kind (MCPHandshake, MCPListTools, MCPCallTool) against the configured
-// server named server; tool is the tool's name for MCPCallTool, else "". Run the operation with the
+// server named server of tenant (its name and tenant label only the private, per-server series); tool is the tool's name for MCPCallTool, else "". Run the operation with the
 // returned context, so the MCP client's work is a child of the span. The span follows the
 // OpenTelemetry MCP semantic conventions (kind client; mcp.method.name, gen_ai.tool.name,
 // error.type) and carries the server name as mcpfleet.mcp.server; never the tool's arguments, its
 // result, or the server's credential.
-func (o *MCPObserver) Start(ctx context.Context, kind, server, tool string) (context.Context, *MCPOperation) {
-	op := &MCPOperation{o: o, kind: kind, server: server, start: time.Now()}
+func (o *MCPObserver) Start(ctx context.Context, kind string, tenant uuid.UUID, server, tool string) (context.Context, *MCPOperation) {
+	op := &MCPOperation{o: o, kind: kind, tenant: tenant.String(), server: server, start: time.Now()}
 	if o == nil || o.Tracer == nil {
 		return ctx, op
 	}
@@ -83,7 +94,7 @@ func (op *MCPOperation) End(ctx context.Context, err error) {
 		op.span.End()
 	}
 	if op.o != nil {
-		op.o.Metrics.mcpOperation(ctx, op.kind, op.server, outcome, time.Since(op.start))
+		op.o.Metrics.mcpOperation(ctx, op.kind, op.tenant, op.server, outcome, time.Since(op.start))
 	}
 }
 

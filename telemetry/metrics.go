@@ -2,9 +2,10 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,33 +23,62 @@ import (
 	"github.com/mcpfleet/mcpfleet/health"
 )
 
-// Prometheus is a meter provider whose metrics are served, in the Prometheus text format, by
-// Handler. It uses its own registry: nothing is registered globally.
+// Prometheus holds the service's two sets of metrics, each with a meter provider and a registry of
+// its own (nothing is registered globally):
+//   - the public set (Provider, Registry, Handler): tenant-free series with bounded label sets, safe to
+//     serve without an API key — aggregates over the whole fleet, the Go runtime and the process;
+//   - the private set (PrivateProvider, PrivateRegistry): per-server series, whose labels name tenants
+//     and their servers. PrivateHandler serves both sets; serve it only on a listener of its own
+//     (MCPFLEET_METRICS_ADDR, loopback by default), never on the API's.
 type Prometheus struct {
-	Provider *sdkmetric.MeterProvider
-	Registry *prometheus.Registry
-	Handler  http.Handler
+	Provider        *sdkmetric.MeterProvider
+	Registry        *prometheus.Registry
+	Handler         http.Handler
+	PrivateProvider *sdkmetric.MeterProvider
+	PrivateRegistry *prometheus.Registry
+	PrivateHandler  http.Handler
 }
 
-// NewPrometheus builds the meter provider and its /metrics handler. The registry also holds the Go
-// runtime and process collectors. Call Shutdown when done.
+// CardinalityLimit bounds the series of each instrument, public or private: beyond it, new label sets
+// are counted in one series labelled otel_metric_overflow="true" (the OpenTelemetry SDK's overflow).
+// Public instruments have closed label sets well under it; private ones are per server.
+const CardinalityLimit = 2000
+
+// NewPrometheus builds the two meter providers and their handlers. Call Shutdown when done.
 func NewPrometheus(serviceName string) (*Prometheus, error) {
 	if serviceName == "" {
 		serviceName = "mcpfleet"
 	}
+	res := resource.NewSchemaless(semconv.ServiceName(serviceName))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp),
-		sdkmetric.WithResource(resource.NewSchemaless(semconv.ServiceName(serviceName))))
-	return &Prometheus{Provider: mp, Registry: reg, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}, nil
+	// target_info is the public registry's: the private handler gathers both, and one family may be
+	// collected only once.
+	preg := prometheus.NewRegistry()
+	pexp, err := otelprom.New(otelprom.WithRegisterer(preg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		return nil, fmt.Errorf("metrics: prometheus exporter: %w", err)
+	}
+	p := &Prometheus{
+		Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res),
+			sdkmetric.WithCardinalityLimit(CardinalityLimit)),
+		Registry: reg, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		PrivateProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(pexp), sdkmetric.WithResource(res),
+			sdkmetric.WithCardinalityLimit(CardinalityLimit)),
+		PrivateRegistry: preg,
+	}
+	p.PrivateHandler = promhttp.HandlerFor(prometheus.Gatherers{reg, preg}, promhttp.HandlerOpts{})
+	return p, nil
 }
 
-// Shutdown stops the meter provider.
-func (p *Prometheus) Shutdown(ctx context.Context) error { return p.Provider.Shutdown(ctx) }
+// Shutdown stops both meter providers.
+func (p *Prometheus) Shutdown(ctx context.Context) error {
+	return errors.Join(p.Provider.Shutdown(ctx), p.PrivateProvider.Shutdown(ctx))
+}
 
 // The label values the instruments take. Each set is closed, so every series is known in advance and
 // its attribute set is built once.
@@ -93,10 +123,13 @@ type Metrics struct {
 	alertFailed []metric.AddOption
 	retries     metric.Int64Counter
 	http        metric.Float64Histogram
-	mcp         metric.Float64Histogram
+	mcp         metric.Float64Histogram // public: kind and outcome
+	mcpOpts     map[[2]string][]metric.RecordOption
+	mcpServer   metric.Float64Histogram // private: per tenant and server; nil without a private provider
 
-	httpMu   sync.RWMutex
-	httpOpts map[httpKey][]metric.RecordOption
+	httpMu       sync.RWMutex
+	httpOpts     map[httpKey][]metric.RecordOption
+	httpOverflow []metric.RecordOption
 
 	servers [4]atomic.Int64 // by health.Statuses() index
 	backlog [2]atomic.Int64 // commands, stamps
@@ -116,13 +149,21 @@ func recOpt(kv ...attribute.KeyValue) []metric.RecordOption {
 	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
 }
 
-// NewMetrics creates the instruments on mp's meter "github.com/mcpfleet/mcpfleet". Prometheus names
-// (with the exporter's suffixes) are in docs/telemetry.md.
-func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
-	meter := mp.Meter("github.com/mcpfleet/mcpfleet")
+// MaxHTTPSeries bounds the label sets of http.server.request.duration: routes (patterns, "" for an
+// unmatched path), methods and status codes are closed sets already, so this is a backstop; past it,
+// requests are recorded under http_route="_overflow" alone.
+const MaxHTTPSeries = 1024
+
+// NewMetrics creates the instruments on the meter "github.com/mcpfleet/mcpfleet" of public, whose
+// series carry no tenant data and have closed label sets, and of private (nil: none), whose
+// per-server series name tenants and their servers. Prometheus names (with the exporter's suffixes)
+// are in docs/telemetry.md.
+func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
+	meter := public.Meter("github.com/mcpfleet/mcpfleet")
 	m := &Metrics{hbRejected: map[string][]metric.AddOption{}, transOpts: map[[2]health.Status][]metric.AddOption{},
 		writerOpts: map[string][]metric.RecordOption{}, flushOpts: map[[2]string][]metric.RecordOption{},
-		httpOpts: map[httpKey][]metric.RecordOption{}}
+		httpOpts: map[httpKey][]metric.RecordOption{}, mcpOpts: map[[2]string][]metric.RecordOption{},
+		httpOverflow: recOpt(attribute.String("http.route", "_overflow"))}
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -162,9 +203,15 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 	check(err)
 	m.mcp, err = meter.Float64Histogram("mcpfleet.mcp.client.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("MCP client operations (handshake, list_tools, call_tool) by kind, outcome class and configured server name."),
-		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30))
+		metric.WithDescription("MCP client operations (handshake, list_tools, call_tool) by kind and outcome class."),
+		metric.WithExplicitBucketBoundaries(mcpBuckets...))
 	check(err)
+	if private != nil {
+		m.mcpServer, err = private.Meter("github.com/mcpfleet/mcpfleet").Float64Histogram("mcpfleet.mcp.server.operation.duration", metric.WithUnit("s"),
+			metric.WithDescription("MCP client operations by kind, outcome class, tenant and configured server name."),
+			metric.WithExplicitBucketBoundaries(mcpBuckets...))
+		check(err)
+	}
 	servers, err := meter.Int64ObservableGauge("mcpfleet.servers",
 		metric.WithDescription("Registered servers by status, as the fleet holds them (committed state)."))
 	check(err)
@@ -196,6 +243,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 			m.flushOpts[[2]string{w, o}] = recOpt(attribute.String("writer", w), attribute.String("outcome", o))
 		}
 		backlogOpts[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("writer", w)))}
+	}
+	for _, k := range mcpKinds {
+		for _, o := range mcpOutcomes {
+			m.mcpOpts[[2]string{k, o}] = recOpt(attribute.String("kind", k), attribute.String("outcome", o))
+		}
 	}
 	m.alertOK = addOpt(attribute.String("outcome", "delivered"))
 	m.alertFailed = addOpt(attribute.String("outcome", "failed"))
@@ -305,11 +357,14 @@ func (m *Metrics) Backlog(writer string, n int) {
 // respawned an actor: "server_actor_restart", "server_actor_respawn", "system_actor_restart". Other
 // events are not restarts and are not counted here.
 func (m *Metrics) ActorEvent(event string) {
-	if m == nil || !(strings.HasSuffix(event, "_restart") || strings.HasSuffix(event, "_respawn")) {
+	if m == nil || !slices.Contains(restartEvents, event) {
 		return
 	}
 	m.restarts.Add(context.Background(), 1, metric.WithAttributes(attribute.String("event", event)))
 }
+
+// restartEvents is the closed label set of mcpfleet.actor.restarts.
+var restartEvents = []string{"server_actor_restart", "server_actor_respawn", "system_actor_restart"}
 
 // AlertDelivery counts one webhook delivery attempt; attempt is 1 for the first.
 func (m *Metrics) AlertDelivery(ctx context.Context, attempt int, err error) {
@@ -353,21 +408,38 @@ func (m *Metrics) HTTPRequest(ctx context.Context, method, route string, status 
 		}
 		opts = recOpt(kv...)
 		m.httpMu.Lock()
-		if len(m.httpOpts) < 4096 { // routes, methods and codes are bounded; this is a backstop
+		if prev, ok := m.httpOpts[k]; ok {
+			opts = prev
+		} else if len(m.httpOpts) < MaxHTTPSeries {
 			m.httpOpts[k] = opts
+		} else {
+			opts = m.httpOverflow
 		}
 		m.httpMu.Unlock()
 	}
 	m.http.Record(ctx, d.Seconds(), opts...)
 }
 
-// mcpOperation records one MCP client operation.
-func (m *Metrics) mcpOperation(ctx context.Context, kind, server, outcome string, d time.Duration) {
+var mcpBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30}
+
+// mcpOperation records one MCP client operation: in public by kind and outcome (anything outside
+// their closed sets as "other"), in private also by tenant and server name.
+func (m *Metrics) mcpOperation(ctx context.Context, kind, tenant, server, outcome string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.mcp.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.String("kind", kind),
-		attribute.String("outcome", outcome), attribute.String("server", server)))
+	pk, po := kind, outcome
+	if !slices.Contains(mcpKinds, pk) {
+		pk = MCPOther
+	}
+	if !slices.Contains(mcpOutcomes, po) {
+		po = MCPOther
+	}
+	m.mcp.Record(ctx, d.Seconds(), m.mcpOpts[[2]string{pk, po}]...)
+	if m.mcpServer != nil {
+		m.mcpServer.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.String("kind", pk),
+			attribute.String("outcome", po), attribute.String("tenant_id", tenant), attribute.String("server", server)))
+	}
 }
 
 // StatusReason maps the HTTP status of a rejected heartbeat to its reason.

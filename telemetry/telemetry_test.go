@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -189,7 +191,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.AlertDelivery(ctx, 2, errors.New("x"))
 	m.HTTPRequest(ctx, "POST", "/v1/mcp/servers/heartbeat", 200, time.Millisecond)
 	var o *telemetry.MCPObserver
-	_, op := o.Start(ctx, telemetry.MCPCallTool, "weather", "forecast")
+	_, op := o.Start(ctx, telemetry.MCPCallTool, uuid.New(), "weather", "forecast")
 	op.End(ctx, nil)
 }
 
@@ -212,11 +214,12 @@ func TestPrometheusExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Shutdown(context.Background())
-	m, err := telemetry.NewMetrics(p.Provider)
+	m, err := telemetry.NewMetrics(p.Provider, p.PrivateProvider)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	tenant := uuid.New()
 	m.HeartbeatAccepted(ctx)
 	m.HeartbeatAccepted(ctx)
 	m.HeartbeatRejected(ctx, telemetry.StatusReason(404))
@@ -235,10 +238,26 @@ func TestPrometheusExposition(t *testing.T) {
 	m.HTTPRequest(ctx, "POST", "/v1/mcp/servers/heartbeat", 200, time.Millisecond)
 	m.HTTPRequest(ctx, "BREW", "", 404, time.Millisecond)
 	o := &telemetry.MCPObserver{Metrics: m}
-	_, op := o.Start(ctx, telemetry.MCPHandshake, "weather", "")
+	_, op := o.Start(ctx, telemetry.MCPHandshake, tenant, "weather", "")
 	op.End(ctx, &mcpclient.Error{Class: mcpclient.ClassAuth, Reason: "no"})
 
 	out := scrape(t, p.Handler)
+	if strings.Contains(out, "weather") || strings.Contains(out, tenant.String()) {
+		t.Errorf("the public metrics name a tenant or its server:\n%s", out)
+	}
+	private := scrape(t, p.PrivateHandler)
+	for _, want := range []string{
+		`mcpfleet_mcp_server_operation_duration_seconds_count{kind="handshake",outcome="auth",server="weather",tenant_id="` + tenant.String() + `"} 1`,
+		`mcpfleet_heartbeats_total{outcome="accepted"} 2`, // the private handler serves the public set too
+		`go_goroutines`,
+	} {
+		if !strings.Contains(private, want) {
+			t.Errorf("the private metrics lack %s", want)
+		}
+	}
+	if n := strings.Count(private, "\ntarget_info{"); n != 1 {
+		t.Errorf("the private metrics have %d target_info series, want 1", n)
+	}
 	for _, want := range []string{
 		`mcpfleet_heartbeats_total{outcome="accepted"} 2`,
 		`mcpfleet_heartbeats_total{outcome="rejected",reason="not_registered"} 1`,
@@ -256,7 +275,7 @@ func TestPrometheusExposition(t *testing.T) {
 		`mcpfleet_alert_retries_total 1`,
 		`http_server_request_duration_seconds_count{http_request_method="POST",http_response_status_code="200",http_route="/v1/mcp/servers/heartbeat"} 1`,
 		`http_server_request_duration_seconds_count{http_request_method="_OTHER",http_response_status_code="404"} 1`,
-		`mcpfleet_mcp_client_operation_duration_seconds_count{kind="handshake",outcome="auth",server="weather"} 1`,
+		`mcpfleet_mcp_client_operation_duration_seconds_count{kind="handshake",outcome="auth"} 1`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(out, want) {
@@ -268,5 +287,42 @@ func TestPrometheusExposition(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(out)
+	}
+}
+
+// The public series stay bounded whatever the requests and operations: routes past MaxHTTPSeries
+// fold into one _overflow series, and a kind or an outcome outside the closed sets is "other".
+func TestPublicLabelSetsAreBounded(t *testing.T) {
+	p, err := telemetry.NewPrometheus("mcpfleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	m, err := telemetry.NewMetrics(p.Provider, p.PrivateProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 2 * telemetry.MaxHTTPSeries {
+		m.HTTPRequest(ctx, "GET", fmt.Sprintf("/route-%d", i), 200, time.Millisecond)
+	}
+	o := &telemetry.MCPObserver{Metrics: m}
+	_, op := o.Start(ctx, "made-up-kind", uuid.New(), "weather", "")
+	op.End(ctx, &mcpclient.Error{Class: mcpclient.Class("made-up-class")})
+
+	out := scrape(t, p.Handler)
+	if n := strings.Count(out, "\nhttp_server_request_duration_seconds_count{"); n != telemetry.MaxHTTPSeries+1 {
+		t.Errorf("%d HTTP series, want %d and one overflow", n, telemetry.MaxHTTPSeries)
+	}
+	for _, want := range []string{
+		`http_server_request_duration_seconds_count{http_route="_overflow"} ` + fmt.Sprint(telemetry.MaxHTTPSeries),
+		`mcpfleet_mcp_client_operation_duration_seconds_count{kind="other",outcome="other"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the public metrics lack %s", want)
+		}
+	}
+	if strings.Contains(out, "made-up") {
+		t.Error("a label value outside the closed sets reached the public metrics")
 	}
 }
