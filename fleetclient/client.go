@@ -154,6 +154,9 @@ func (c *Client) ListServers(ctx context.Context, opts ListOptions) (*ServerPage
 	if opts.Cursor != "" {
 		q.Set("cursor", opts.Cursor)
 	}
+	if opts.IncludeCapabilityAdvertisement {
+		q.Set("include", "capability_advertisement")
+	}
 	var out ServerPage
 	if _, err := c.do(ctx, http.MethodGet, "/v1/mcp/servers", q, nil, &out); err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)

@@ -154,6 +154,17 @@ func TestListServersPaging(t *testing.T) {
 		t.Errorf("AllServers ids (-want +got):\n%s", diff)
 	}
 
+	if adv := page.Servers[0].CapabilityAdvertisement.Tools; len(adv) != 0 {
+		t.Errorf("a listed server carries its advertisement unasked: %v", adv)
+	}
+	full, err := c.ListServers(ctx, fleetclient.ListOptions{Limit: 2, IncludeCapabilityAdvertisement: true})
+	if err != nil {
+		t.Fatalf("ListServers with advertisements: %v", err)
+	}
+	if adv := full.Servers[0].CapabilityAdvertisement.Tools; len(adv) != 1 || adv[0].Name != "list_events" {
+		t.Errorf("a listed server's advertisement, asked for = %v", adv)
+	}
+
 	none, err := c.ListServers(ctx, fleetclient.ListOptions{Status: fleetclient.StatusUnhealthy})
 	if err != nil {
 		t.Fatalf("ListServers unhealthy: %v", err)

@@ -95,6 +95,12 @@ type ListOptions struct {
 	Status Status
 	Limit  int
 	Cursor string
+	// IncludeCapabilityAdvertisement asks for each server's capability
+	// advertisement (include=capability_advertisement); without it the listed
+	// servers' CapabilityAdvertisement is empty. The service then takes pages
+	// of at most 100 servers (MCPFLEET_LIST_ADVERTISEMENT_LIMIT): set Limit.
+	// GetServer always returns it.
+	IncludeCapabilityAdvertisement bool
 	// MaxPages bounds how many pages AllServers fetches; 0 means 10,000.
 	// ListServers ignores it.
 	MaxPages int

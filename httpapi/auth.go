@@ -3,11 +3,15 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/lru"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -16,31 +20,83 @@ type keyLookup interface {
 	LookupKey(ctx context.Context, hash []byte) (persistence.Principal, error)
 }
 
-// authenticator checks bearer keys. It caches answers (positive for posTTL, negative for negTTL) so the
-// heartbeat path costs one SHA-256 and one map lookup; a revoked key stops working within posTTL. While
-// the database cannot be asked, a key it last confirmed stays trusted (stale-if-error).
-type authenticator struct {
-	lookup  keyLookup
-	posTTL  time.Duration
-	negTTL  time.Duration
-	maxSize int
-	now     func() time.Time
-
-	mu    sync.RWMutex
-	cache map[[32]byte]authEntry
+// AuthConfig bounds what authentication costs. Zero fields take the defaults.
+type AuthConfig struct {
+	// KeyCacheSize is how many keys the database confirmed are remembered (least recently used evicted
+	// first); default 300,000, room for every module key of a 250,000-server tenant. Keys it refused are
+	// remembered apart, in a cache an eighth that size, so a flood of bad keys never evicts a good one.
+	KeyCacheSize int
+	// FailureBurst and FailureRate throttle failed key lookups per client address: an address may make
+	// FailureBurst lookups of keys the database does not know, then FailureRate a second; past that a
+	// key the service does not already know is answered 429 without a lookup. Defaults 30 and 2.
+	FailureBurst int
+	FailureRate  float64
+	// ThrottledAddresses bounds the addresses whose failures are remembered (least recently failed
+	// forgotten first); default 65,536.
+	ThrottledAddresses int
 }
 
-type authEntry struct {
+// The defaults of AuthConfig.
+const (
+	DefaultKeyCacheSize       = 300_000
+	DefaultFailureBurst       = 30
+	DefaultFailureRate        = 2.0
+	DefaultThrottledAddresses = 65_536
+)
+
+func (c AuthConfig) withDefaults() AuthConfig {
+	if c.KeyCacheSize <= 0 {
+		c.KeyCacheSize = DefaultKeyCacheSize
+	}
+	if c.FailureBurst <= 0 {
+		c.FailureBurst = DefaultFailureBurst
+	}
+	if c.FailureRate <= 0 {
+		c.FailureRate = DefaultFailureRate
+	}
+	if c.ThrottledAddresses <= 0 {
+		c.ThrottledAddresses = DefaultThrottledAddresses
+	}
+	return c
+}
+
+// authenticator checks bearer keys. It caches answers (positive for posTTL, negative for negTTL) in
+// two bounded LRU caches, so the heartbeat path costs one SHA-256 and one map lookup; a revoked key
+// stops working within posTTL (30 s), sooner if it is evicted. While the database cannot be asked, a
+// key it last confirmed stays trusted (stale-if-error).
+//
+// A database lookup happens only for a key that is not cached; lookups that find no key are counted
+// per client address (failures), and an address past its budget is answered 429 instead of a
+// lookup. A key the database confirmed — cached, even expired — is never throttled, so a fleet
+// sharing one address (NAT) keeps working beside a misconfigured or hostile neighbour.
+type authenticator struct {
+	lookup keyLookup
+	posTTL time.Duration
+	negTTL time.Duration
+	now    func() time.Time
+
+	mu       sync.Mutex
+	known    *lru.Cache[[32]byte, knownKey]  // keys the database confirmed
+	unknown  *lru.Cache[[32]byte, time.Time] // keys it refused, until when the refusal holds
+	failures *failureThrottle
+}
+
+type knownKey struct {
 	p       persistence.Principal
-	ok      bool
 	expires time.Time
 }
 
-func newAuthenticator(lookup keyLookup) *authenticator {
-	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, maxSize: 100000, now: time.Now, cache: map[[32]byte]authEntry{}}
+func newAuthenticator(lookup keyLookup, cfg AuthConfig) *authenticator {
+	cfg = cfg.withDefaults()
+	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, now: time.Now,
+		known:    lru.New[[32]byte, knownKey](cfg.KeyCacheSize),
+		unknown:  lru.New[[32]byte, time.Time](max(cfg.KeyCacheSize/8, 1024)),
+		failures: newFailureThrottle(cfg.FailureBurst, cfg.FailureRate, cfg.ThrottledAddresses)}
 }
 
-// authenticate returns the principal of r's bearer key, or a 401 problem.
+// authenticate returns the principal of r's bearer key, a 401 problem, a 429 auth_throttled problem
+// (with Retry-After) when r's address made too many failed lookups, or 503 when the database cannot
+// be asked about a key it has not confirmed before.
 func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, error) {
 	h := r.Header.Get("Authorization")
 	scheme, key, found := strings.Cut(h, " ")
@@ -54,38 +110,126 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 	var hk [32]byte
 	copy(hk[:], persistence.HashAPIKey(key))
 	now := a.now()
-	a.mu.RLock()
-	e, hit := a.cache[hk]
-	a.mu.RUnlock()
-	if !hit || now.After(e.expires) {
-		p, err := a.lookup.LookupKey(r.Context(), hk[:])
-		switch {
-		case errors.Is(err, persistence.ErrNotFound):
-			e = authEntry{ok: false, expires: now.Add(a.negTTL)}
-		case err != nil && hit && e.ok:
-			// The database cannot answer: keep trusting what it last said about this key, so a database
-			// outage does not stop heartbeats (a key revoked meanwhile works until the database is back).
-			e.expires = now.Add(a.negTTL)
-		case err != nil:
-			return persistence.Principal{}, unavailable("the API key could not be checked right now", 2*time.Second, err)
-		default:
-			e = authEntry{p: p, ok: true, expires: now.Add(a.posTTL)}
-		}
-		a.mu.Lock()
-		if len(a.cache) >= a.maxSize {
-			a.cache = map[[32]byte]authEntry{}
-		}
-		a.cache[hk] = e
+	addr := clientAddress(r)
+	a.mu.Lock()
+	k, isKnown := a.known.Get(hk)
+	if isKnown && !now.After(k.expires) {
 		a.mu.Unlock()
+		return k.p, nil
 	}
-	if !e.ok {
+	if !isKnown {
+		if until, refused := a.unknown.Get(hk); refused && !now.After(until) {
+			a.mu.Unlock()
+			return persistence.Principal{}, unauthorized("the API key is not valid")
+		}
+		if wait := a.failures.wait(addr, now); wait > 0 {
+			a.mu.Unlock()
+			return persistence.Principal{}, authThrottled(wait)
+		}
+	}
+	a.mu.Unlock()
+
+	p, err := a.lookup.LookupKey(r.Context(), hk[:])
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		a.known.Remove(hk)
+		a.unknown.Add(hk, now.Add(a.negTTL))
+		a.failures.fail(addr, now)
 		return persistence.Principal{}, unauthorized("the API key is not valid")
+	case err != nil && isKnown:
+		// The database cannot answer: keep trusting what it last said about this key, so a database
+		// outage does not stop heartbeats (a key revoked meanwhile works until the database is back).
+		k.expires = now.Add(a.negTTL)
+		a.known.Add(hk, k)
+		return k.p, nil
+	case err != nil:
+		return persistence.Principal{}, unavailable("the API key could not be checked right now", 2*time.Second, err)
 	}
-	return e.p, nil
+	a.unknown.Remove(hk)
+	a.known.Add(hk, knownKey{p: p, expires: now.Add(a.posTTL)})
+	return p, nil
+}
+
+// clientAddress is the address failures are counted against: the peer's IP address (an IPv6 one as
+// its /64, what one host is usually given), never a header the client chooses. Behind a reverse
+// proxy every client is the proxy's address.
+func clientAddress(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
+}
+
+// failureThrottle is a token bucket of failed lookups per address, holding at most max addresses (the
+// least recently failed forgotten first). Its owner holds the lock.
+type failureThrottle struct {
+	burst   float64
+	rate    float64 // tokens a second
+	buckets *lru.Cache[netip.Addr, bucket]
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newFailureThrottle(burst int, rate float64, maxAddresses int) *failureThrottle {
+	return &failureThrottle{burst: float64(burst), rate: rate, buckets: lru.New[netip.Addr, bucket](maxAddresses)}
+}
+
+func (t *failureThrottle) refilled(b bucket, now time.Time) bucket {
+	if el := now.Sub(b.at).Seconds(); el > 0 {
+		b.tokens = math.Min(t.burst, b.tokens+el*t.rate)
+		b.at = now
+	}
+	return b
+}
+
+// wait is how long addr must wait before its next lookup of an unknown key: 0 when it may look up now.
+func (t *failureThrottle) wait(addr netip.Addr, now time.Time) time.Duration {
+	b, ok := t.buckets.Peek(addr)
+	if !ok {
+		return 0
+	}
+	b = t.refilled(b, now)
+	if b.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - b.tokens) / t.rate * float64(time.Second))
+}
+
+// fail counts one failed lookup of addr.
+func (t *failureThrottle) fail(addr netip.Addr, now time.Time) {
+	b, ok := t.buckets.Peek(addr)
+	if !ok {
+		b = bucket{tokens: t.burst, at: now}
+	}
+	b = t.refilled(b, now)
+	b.tokens = math.Max(b.tokens-1, 0)
+	t.buckets.Add(addr, b)
 }
 
 func unauthorized(detail string) *Problem {
 	return problem(http.StatusUnauthorized, "unauthorized", detail)
+}
+
+// authThrottled is the answer to a key lookup from an address past its budget of failures.
+func authThrottled(wait time.Duration) *Problem {
+	wait = max(wait, time.Second)
+	p := problem(http.StatusTooManyRequests, "auth_throttled", fmt.Sprintf(
+		"too many unknown API keys came from this address: retry in %d s (keys this service already knows are not held up)",
+		int(math.Ceil(wait.Seconds()))))
+	p.RetryAfter = wait
+	return p
 }
 
 // allowed reports whether role may perform an action that needs one of roles.

@@ -48,6 +48,10 @@ var (
 type Config struct {
 	HeartbeatInterval time.Duration // told to modules at registration
 	Events            EventStreamConfig
+	Auth              AuthConfig // key cache and failed-authentication throttle
+	// ListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
+	// advertisements (?include=capability_advertisement); default DefaultListAdvertisementLimit.
+	ListAdvertisementLimit int
 }
 
 // Deps are the API's collaborators.
@@ -90,7 +94,7 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Ready == nil {
 		deps.Ready = func() bool { return true }
 	}
-	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store), deps: deps,
+	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store, cfg.Auth), deps: deps,
 		streams: newStreams()}
 }
 

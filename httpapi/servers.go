@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -274,10 +276,35 @@ func (s *Server) deregister(c *gin.Context) error {
 	return nil
 }
 
-// listServers answers GET /v1/mcp/servers?status=&limit=&cursor=, paginated by an opaque cursor.
+// DefaultListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
+// advertisements unless Config.ListAdvertisementLimit says otherwise.
+const DefaultListAdvertisementLimit = 100
+
+// includeAdvertisement is the value of include that puts capability_advertisement in list items.
+const includeAdvertisement = "capability_advertisement"
+
+// serverListItemJSON is an item of GET /v1/mcp/servers: the server's detail, whose
+// capability_advertisement (shadowing the embedded one) is left out unless asked for.
+type serverListItemJSON struct {
+	ServerDetailJSON
+	CapabilityAdvertisement json.RawMessage `json:"capability_advertisement,omitempty"`
+}
+
+// listServers answers GET /v1/mcp/servers?status=&limit=&cursor=&include=, paginated by an opaque
+// cursor. Items carry capability_advertisement only with include=capability_advertisement, and then a
+// page holds at most ListAdvertisementLimit servers (400 page_too_large above it): an advertisement
+// may be large, a list of them larger.
 func (s *Server) listServers(c *gin.Context) error {
 	p := principalOf(c)
-	f := persistence.ServerFilter{Limit: 100}
+	f := persistence.ServerFilter{Limit: 100, WithoutAdvertisement: true}
+	if v, ok := c.GetQuery("include"); ok {
+		for _, part := range strings.Split(v, ",") {
+			if part != includeAdvertisement {
+				return badRequest("invalid_field", "include", "include takes only capability_advertisement")
+			}
+		}
+		f.WithoutAdvertisement = false
+	}
 	if v := c.Query("status"); v != "" {
 		st, err := health.Parse(v)
 		if err != nil {
@@ -292,6 +319,11 @@ func (s *Server) listServers(c *gin.Context) error {
 		}
 		f.Limit = n
 	}
+	if most := cmp.Or(s.cfg.ListAdvertisementLimit, DefaultListAdvertisementLimit); !f.WithoutAdvertisement && f.Limit > most {
+		prob := badRequest("page_too_large", "limit", fmt.Sprintf("with include=capability_advertisement a page holds at most %d servers: ask for limit=%d or fewer and follow next_cursor", most, most))
+		prob.Extra = map[string]any{"max_limit": most}
+		return prob
+	}
 	if v := c.Query("cursor"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err != nil || len(b) != 16 {
@@ -303,9 +335,16 @@ func (s *Server) listServers(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
-	out, err := s.serverDetails(c.Request.Context(), p.TenantID, servers)
+	details, err := s.serverDetails(c.Request.Context(), p.TenantID, servers)
 	if err != nil {
 		return storeError(err)
+	}
+	out := make([]serverListItemJSON, len(details))
+	for i, d := range details {
+		out[i].ServerDetailJSON = d
+		if !f.WithoutAdvertisement {
+			out[i].CapabilityAdvertisement = d.CapabilityAdvertisement
+		}
 	}
 	next := ""
 	if len(servers) == f.Limit {

@@ -58,6 +58,9 @@ func prefixEnd(p string) string {
 	return string(b)
 }
 
+// serverColumnsWithoutAdvertisement are serverColumns with NULL for the capability advertisement.
+var serverColumnsWithoutAdvertisement = strings.Replace(serverColumns, "capability_advertisement", "NULL::jsonb", 1)
+
 // listServers runs the page query of f in tx. The SQL is built for the filter at hand, so each shape
 // has a plan that uses its index (one generic statement with "status = $1 OR $1 is empty" would not).
 func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, error) {
@@ -96,7 +99,11 @@ func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, erro
 	default:
 		return nil, fmt.Errorf("unknown sort %q", f.Sort)
 	}
-	q := `SELECT ` + serverColumns + ` FROM mcp_servers`
+	cols := serverColumns
+	if f.WithoutAdvertisement {
+		cols = serverColumnsWithoutAdvertisement
+	}
+	q := `SELECT ` + cols + ` FROM mcp_servers`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

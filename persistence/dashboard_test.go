@@ -357,3 +357,23 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("the session of a revoked key: %v", err)
 	}
 }
+
+// A page asked for without advertisements does not read them; every other column is the same.
+func TestListServersWithoutAdvertisement(t *testing.T) {
+	d := newDash(t)
+	id := d.server(d.tenant, "alpha", health.Healthy, 0)
+	d.exec(d.tenant, `UPDATE mcp_servers SET capability_advertisement = '{"tools":[{"name":"x"}]}' WHERE server_id = $1`, id)
+	ctx := context.Background()
+	full, err := d.store.ListServers(ctx, d.tenant, persistence.ServerFilter{Limit: 10})
+	if err != nil || len(full) != 1 || len(full[0].CapabilityAdvertisement) == 0 {
+		t.Fatalf("with advertisements: %+v %v", full, err)
+	}
+	slim, err := d.store.ListServers(ctx, d.tenant, persistence.ServerFilter{Limit: 10, WithoutAdvertisement: true})
+	if err != nil || len(slim) != 1 || slim[0].CapabilityAdvertisement != nil {
+		t.Fatalf("without advertisements: %+v %v", slim, err)
+	}
+	full[0].CapabilityAdvertisement = nil
+	if fmt.Sprint(full[0]) != fmt.Sprint(slim[0]) {
+		t.Errorf("the pages differ beyond the advertisement:\n%+v\n%+v", full[0], slim[0])
+	}
+}

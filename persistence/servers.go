@@ -65,6 +65,8 @@ type ServerFilter struct {
 	AfterModule     string
 	AfterRegistered time.Time
 	Limit           int
+	// WithoutAdvertisement leaves CapabilityAdvertisement nil: the column is not even read.
+	WithoutAdvertisement bool
 }
 
 // ListServers returns up to f.Limit servers of tenantID in f's order.

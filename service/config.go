@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/secrets"
 )
 
@@ -48,6 +49,13 @@ type Config struct {
 	MaxCallsPerRun int           // MCPFLEET_MAX_CALLS_PER_RUN: calls a run may make unless its tenant set its own, default 20
 	ApprovalWindow time.Duration // MCPFLEET_APPROVAL_WINDOW: how long a parked call may be approved, default 15m
 	CallsPerServer int           // MCPFLEET_CALLS_PER_SERVER: calls in flight to one server, default 4
+
+	// The API's limits (zero takes the default; see apiLimitsFromEnv).
+	KeyCacheSize           int     // MCPFLEET_KEY_CACHE_SIZE: API keys remembered (LRU), default 300000
+	AuthFailureBurst       int     // MCPFLEET_AUTH_FAILURE_BURST: failed key lookups an address may make at once, default 30
+	AuthFailureRate        float64 // MCPFLEET_AUTH_FAILURE_RATE: and then per second, default 2
+	AuthThrottledAddresses int     // MCPFLEET_AUTH_THROTTLED_ADDRESSES: addresses whose failures are remembered, default 65536
+	ListAdvertisementLimit int     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT: largest list page with capability advertisements, default 100
 
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
@@ -144,6 +152,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	errs = append(errs, c.gatewayFromEnv(getenv)...)
+	errs = append(errs, c.apiLimitsFromEnv(getenv)...)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -192,4 +201,33 @@ func or(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// apiLimitsFromEnv reads the API's limits into c, each with its default.
+func (c *Config) apiLimitsFromEnv(getenv func(string) string) []error {
+	var errs []error
+	num := func(name string, def, lo, hi float64) float64 {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		var n float64
+		if _, err := fmt.Sscan(v, &n); err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number from %g to %g", name, v, lo, hi))
+		}
+		return n
+	}
+	c.KeyCacheSize = int(num("MCPFLEET_KEY_CACHE_SIZE", httpapi.DefaultKeyCacheSize, 1000, 1e8))
+	c.AuthFailureBurst = int(num("MCPFLEET_AUTH_FAILURE_BURST", httpapi.DefaultFailureBurst, 1, 1e6))
+	c.AuthFailureRate = num("MCPFLEET_AUTH_FAILURE_RATE", httpapi.DefaultFailureRate, 0.001, 1e6)
+	c.AuthThrottledAddresses = int(num("MCPFLEET_AUTH_THROTTLED_ADDRESSES", httpapi.DefaultThrottledAddresses, 16, 1e8))
+	c.ListAdvertisementLimit = int(num("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", httpapi.DefaultListAdvertisementLimit, 1, 1000))
+	return errs
+}
+
+// apiConfig narrows c into the API's configuration.
+func (c Config) apiConfig() httpapi.Config {
+	return httpapi.Config{HeartbeatInterval: c.HeartbeatInterval, ListAdvertisementLimit: c.ListAdvertisementLimit,
+		Auth: httpapi.AuthConfig{KeyCacheSize: c.KeyCacheSize, FailureBurst: c.AuthFailureBurst, FailureRate: c.AuthFailureRate,
+			ThrottledAddresses: c.AuthThrottledAddresses}}
 }

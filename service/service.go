@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err != nil {
 		return nil, err
 	}
-	api := httpapi.New(httpapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, httpapi.Deps{
+	api := httpapi.New(cfg.apiConfig(), httpapi.Deps{
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
 		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,

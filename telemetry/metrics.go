@@ -96,12 +96,13 @@ const (
 	ReasonDeregistered    = "deregistered"    // 409: the server deregistered
 	ReasonTooLarge        = "too_large"       // 413
 	ReasonUnsupported     = "unsupported"     // 415
+	ReasonThrottled       = "throttled"       // 429: the address made too many failed key lookups
 	ReasonUnavailable     = "unavailable"     // 503: starting, or the recovery could not be made durable
 	ReasonOther           = "other"           // anything else
 )
 
 var rejectReasons = []string{ReasonInvalid, ReasonUnauthenticated, ReasonForbidden, ReasonNotRegistered,
-	ReasonDeregistered, ReasonTooLarge, ReasonUnsupported, ReasonUnavailable, ReasonOther}
+	ReasonDeregistered, ReasonTooLarge, ReasonUnsupported, ReasonThrottled, ReasonUnavailable, ReasonOther}
 
 // Metrics holds mcpfleet's instruments. Build it once with NewMetrics and pass it down; a nil *Metrics
 // is valid and records nothing (metrics off, unit tests). Every method is safe for concurrent use and,
@@ -459,6 +460,8 @@ func StatusReason(status int) string {
 		return ReasonTooLarge
 	case http.StatusUnsupportedMediaType:
 		return ReasonUnsupported
+	case http.StatusTooManyRequests:
+		return ReasonThrottled
 	case http.StatusServiceUnavailable:
 		return ReasonUnavailable
 	}

@@ -424,7 +424,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	for ; i < len(s.order) && len(page.Servers) < limit; i++ {
 		rec := s.byID[s.order[i]]
 		if want == "" || rec.srv.Status == want {
-			page.Servers = append(page.Servers, rec.srv)
+			srv := rec.srv
+			if q.Get("include") != "capability_advertisement" { // as the service: left out unless asked
+				srv.CapabilityAdvertisement = fleetclient.CapabilityAdvertisement{}
+			}
+			page.Servers = append(page.Servers, srv)
 		}
 	}
 	if i < len(s.order) {
