@@ -208,16 +208,23 @@ func scrape(t *testing.T, h http.Handler) string {
 	return string(b)
 }
 
-func TestPrometheusExposition(t *testing.T) {
+// newPrometheusMetrics builds both metric sets and the instruments on them, shut down at the end of t.
+func newPrometheusMetrics(t *testing.T) (*telemetry.Prometheus, *telemetry.Metrics) {
+	t.Helper()
 	p, err := telemetry.NewPrometheus("mcpfleet")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	t.Cleanup(func() { p.Shutdown(context.Background()) })
 	m, err := telemetry.NewMetrics(p.Provider, p.PrivateProvider)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, m
+}
+
+func TestPrometheusExposition(t *testing.T) {
+	p, m := newPrometheusMetrics(t)
 	ctx := context.Background()
 	tenant := uuid.New()
 	m.HeartbeatAccepted(ctx)
@@ -293,15 +300,7 @@ func TestPrometheusExposition(t *testing.T) {
 // The public series stay bounded whatever the requests and operations: routes past MaxHTTPSeries
 // fold into one _overflow series, and a kind or an outcome outside the closed sets is "other".
 func TestPublicLabelSetsAreBounded(t *testing.T) {
-	p, err := telemetry.NewPrometheus("mcpfleet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Shutdown(context.Background())
-	m, err := telemetry.NewMetrics(p.Provider, p.PrivateProvider)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, m := newPrometheusMetrics(t)
 	ctx := context.Background()
 	for i := range 2 * telemetry.MaxHTTPSeries {
 		m.HTTPRequest(ctx, "GET", fmt.Sprintf("/route-%d", i), 200, time.Millisecond)
