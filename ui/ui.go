@@ -73,7 +73,8 @@ var (
 
 // Calls is the tool-call gateway (issue 4) as the dashboard uses it: the calls parked for approval, the
 // administrator's verdict on one, and the recent call events. The dashboard shows its approvals and
-// call sections only when Deps.Calls is set.
+// call sections only when Deps.Calls is set, and only to administrators: an operator's page says calls
+// are for administrators and asks Calls nothing (the API keeps every call endpoint admin only).
 //
 // service/uicalls.go implements it over the gateway (package gateway).
 type Calls interface {
