@@ -22,6 +22,7 @@ const (
 	RefusedNoDataClass          = "no_data_class"
 	RefusedNoEndpoint           = "no_endpoint"
 	RefusedCredentialUnreadable = "credential_unreadable"
+	RefusedCredentialMissing    = "credential_missing"
 	RefusedAuthUnsupported      = "auth_unsupported"
 	RefusedSecretKeyMissing     = "secret_key_missing"
 	RefusedEndpointRefused      = "endpoint_refused"

@@ -105,6 +105,8 @@ func thisSideRefusal(srv persistence.Server, err error) *Refusal {
 		return &Refusal{Type: RefusedNoEndpoint, Detail: fmt.Sprintf("server %q has no endpoint to call: set one (PATCH /v1/mcp/servers/%s)", srv.ModuleName, id)}
 	case errors.As(err, &au):
 		return &Refusal{Type: RefusedAuthUnsupported, Detail: fmt.Sprintf("the stored authentication mode %q of server %q is not one this client offers (bearer, header): fix it with PATCH /v1/mcp/servers/%s", au.Mode, srv.ModuleName, id)}
+	case errors.Is(err, remote.ErrNoCredential):
+		return &Refusal{Type: RefusedCredentialMissing, Detail: fmt.Sprintf("server %q needs a credential and none is stored (it is dropped when the endpoint moves to another origin): set auth.credential with PATCH /v1/mcp/servers/%s", srv.ModuleName, id)}
 	case errors.Is(err, remote.ErrCredentialUnreadable):
 		return &Refusal{Type: RefusedCredentialUnreadable, Detail: fmt.Sprintf("the stored credential of server %q cannot be opened with the configured secret key: set it again with PATCH /v1/mcp/servers/%s", srv.ModuleName, id)}
 	case errors.Is(err, remote.ErrNoSecretKey):

@@ -67,6 +67,7 @@ func TestPreconditions(t *testing.T) {
 		{name: "no endpoint", reach: remote.ErrNoEndpoint, want: RefusedNoEndpoint, asked: true},
 		{name: "auth unsupported", reach: &remote.AuthUnsupportedError{Mode: "oauth"}, want: RefusedAuthUnsupported, asked: true},
 		{name: "credential unreadable", reach: remote.ErrCredentialUnreadable, want: RefusedCredentialUnreadable, asked: true},
+		{name: "credential dropped by a move to another origin", reach: remote.ErrNoCredential, want: RefusedCredentialMissing, asked: true},
 		{name: "no secret key", reach: remote.ErrNoSecretKey, want: RefusedSecretKeyMissing, asked: true},
 		{name: "endpoint refused", reach: fmt.Errorf("x: %w", mcpclient.ErrEndpointRefused), want: RefusedEndpointRefused, asked: true},
 		{name: "anything else this side", reach: errors.New("odd"), want: RefusedEndpointRefused, asked: true},

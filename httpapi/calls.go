@@ -391,6 +391,7 @@ var refusalStatus = map[string]int{
 	gateway.RefusedNoDataClass:          http.StatusConflict,
 	gateway.RefusedNoEndpoint:           http.StatusConflict,
 	gateway.RefusedCredentialUnreadable: http.StatusConflict,
+	gateway.RefusedCredentialMissing:    http.StatusConflict,
 	gateway.RefusedAuthUnsupported:      http.StatusConflict,
 	gateway.RefusedEndpointRefused:      http.StatusConflict,
 	gateway.RefusedSchemaUnsupported:    http.StatusConflict,

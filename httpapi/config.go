@@ -510,8 +510,10 @@ func remoteError(err error) error {
 		p := problem(http.StatusConflict, "auth_unsupported", fmt.Sprintf("the stored authentication mode %q is not one this client offers (bearer, header): fix it with PATCH", au.Mode))
 		p.Extra = map[string]any{"auth_mode": au.Mode}
 		return p
+	case errors.Is(err, remote.ErrNoCredential):
+		return problem(http.StatusConflict, "credential_missing", "the server's authentication needs a credential and none is stored (it is dropped when the endpoint moves to another origin): set auth.credential with PATCH")
 	case errors.Is(err, remote.ErrCredentialUnreadable):
-		p := problem(http.StatusConflict, "credential_unreadable", "the stored credential cannot be opened with the configured secret key (was MCPFLEET_SECRET_KEY changed?): set the credential again with PATCH")
+		p := problem(http.StatusConflict, "credential_unreadable", "the stored credential cannot be opened with the configured secret key for this endpoint (was MCPFLEET_SECRET_KEY changed, or the endpoint moved other than by PATCH?): set the credential again with PATCH")
 		p.Err = err
 		return p
 	case errors.Is(err, remote.ErrNoSecretKey):

@@ -137,6 +137,32 @@ func parseEndpoint(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// Origin returns the origin of endpoint — its scheme, host and port, the
+// part a credential is bound to — as "scheme://host:port": scheme and host
+// in lower case, a trailing dot dropped, an IP address in its canonical form
+// (IPv6 in brackets), the default port written out. Endpoints that differ
+// only in path, query or fragment, or in how they spell the same host and
+// port, have the same origin. It needs no network; an endpoint the policy
+// would refuse for how it is written is an [*EndpointError].
+func Origin(endpoint string) (string, error) {
+	u, err := parseEndpoint(endpoint)
+	if err != nil {
+		return "", err
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.Unmap().String()
+	}
+	port := 80
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if p := u.Port(); p != "" {
+		port, _ = strconv.Atoi(p) // checked by parseEndpoint
+	}
+	return u.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)), nil
+}
+
 // addrs resolves host (an IP literal resolves to itself) and checks every
 // address. It returns the addresses, all allowed, in resolver order.
 func (p EndpointPolicy) addrs(ctx context.Context, host string) ([]netip.Addr, error) {

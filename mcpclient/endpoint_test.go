@@ -179,6 +179,29 @@ func TestEndpointPolicySpecialRanges(t *testing.T) {
 	}
 }
 
+func TestOrigin(t *testing.T) {
+	tests := []struct{ endpoint, want string }{
+		{"https://mcp.example.com/mcp", "https://mcp.example.com:443"},
+		{"https://MCP.Example.com.:443/other?x=1#f", "https://mcp.example.com:443"},
+		{"HTTP://mcp.example.com/mcp", "http://mcp.example.com:80"},
+		{"http://mcp.example.com:0080/mcp", "http://mcp.example.com:80"},
+		{"https://mcp.example.com:8443/mcp", "https://mcp.example.com:8443"},
+		{"http://127.0.0.1:8080/a", "http://127.0.0.1:8080"},
+		{"http://[::FFFF:127.0.0.1]:8080/a", "http://127.0.0.1:8080"},
+		{"http://[2001:DB8:0::1]/", "http://[2001:db8::1]:80"},
+	}
+	for _, tt := range tests {
+		if got, err := mcpclient.Origin(tt.endpoint); err != nil || got != tt.want {
+			t.Errorf("Origin(%q) = %q, %v; want %q", tt.endpoint, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "ftp://x/", "https://u:p@x/", "https://x:99999/"} {
+		if _, err := mcpclient.Origin(bad); !errors.Is(err, mcpclient.ErrEndpointRefused) {
+			t.Errorf("Origin(%q) = %v, want a refusal", bad, err)
+		}
+	}
+}
+
 // CheckEndpoint resolves with the system resolver: "localhost" is refused
 // by what it resolves to, unless listed.
 func TestCheckEndpointResolves(t *testing.T) {

@@ -15,7 +15,8 @@ const opCallTool = "call_tool"
 // CheckCall reports whether a tool call to the server configured by cfg could be sent, without touching
 // the network: the server has an endpoint the policy accepts and a credential this service can open in an
 // authentication mode it offers. Errors are those of this side: ErrNoEndpoint, ErrNoSecretKey,
-// ErrCredentialUnreadable, *AuthUnsupportedError, or one wrapping mcpclient.ErrEndpointRefused.
+// ErrNoCredential, ErrCredentialUnreadable, *AuthUnsupportedError, or one wrapping
+// mcpclient.ErrEndpointRefused.
 func (s *Service) CheckCall(cfg persistence.ServerConfig) error {
 	cl, _, err := s.client(cfg, opCallTool, s.cfg.Timeout)
 	if err != nil {

@@ -19,7 +19,7 @@ type AuthInput struct {
 	Mode       string // "bearer" or "header"
 	HeaderName string // header mode only
 	// Credential is the secret; CredentialSet says it was given. In an update, an auth without a
-	// credential keeps the stored one.
+	// credential keeps the stored one — unless the same update moves the endpoint to another origin.
 	Credential    string
 	CredentialSet bool
 }
@@ -38,6 +38,9 @@ type ConfigureInput struct {
 
 // PatchInput changes a server's configuration; nil (or unset) fields are left as they are.
 type PatchInput struct {
+	// Endpoint moves the server. A credential is bound to its endpoint's origin (scheme, host, port):
+	// moving to another origin drops the stored credential unless Auth gives a new one, which is then
+	// sealed for the new origin; another path on the same origin keeps it.
 	Endpoint *string
 	// AuthSet says auth was given: Auth nil then removes authentication (and the stored credential).
 	AuthSet bool
@@ -119,6 +122,13 @@ func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in P
 	}
 	srv, cfg, err := s.store.UpdateServerConfig(ctx, tenantID, serverID, s.wallNow(), func(c *persistence.ServerConfig) error {
 		if in.Endpoint != nil {
+			if c.Credential != nil && originOf(endpoint) != originOf(c.Endpoint) {
+				// Never send a credential to an origin it was not given for: a new one must come with the move.
+				c.Credential = nil
+				if in.AuthSet && in.Auth != nil && !in.Auth.CredentialSet {
+					return invalid("auth.credential", "the endpoint moves to another origin (scheme, host or port), so the stored credential is not kept: give auth.credential for the new endpoint")
+				}
+			}
 			c.Endpoint = endpoint
 		}
 		if in.Liveness != nil {
@@ -150,7 +160,8 @@ func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in P
 }
 
 // applyAuth writes in into c: nil removes authentication. A credential is required in Configure
-// (create) and, in an update, unless one is stored already; it is sealed to c's server. The result is
+// (create) and, in an update, unless one is stored already; it is sealed to c's server and the origin of
+// c's endpoint, which must therefore be set. The result is
 // checked as mcpclient would check it, so what is stored can be used.
 func (s *Service) applyAuth(c *persistence.ServerConfig, in *AuthInput, create bool) error {
 	if in == nil {
@@ -189,6 +200,9 @@ func (s *Service) applyAuth(c *persistence.ServerConfig, in *AuthInput, create b
 	if err := checkAuth(mcpclient.Auth{Mode: mcpclient.AuthMode(in.Mode), HeaderName: in.HeaderName, Credential: probe}); err != nil {
 		return err
 	}
+	if !keep && c.Endpoint == "" {
+		return invalid("auth.credential", "a credential is bound to its server's endpoint: set the endpoint first, or in the same request")
+	}
 	c.AuthMode, c.AuthHeaderName = in.Mode, in.HeaderName
 	if keep {
 		return nil
@@ -196,7 +210,7 @@ func (s *Service) applyAuth(c *persistence.ServerConfig, in *AuthInput, create b
 	if s.key == nil {
 		return ErrNoSecretKey
 	}
-	sealed, err := s.key.Seal([]byte(in.Credential), credentialAD(c.TenantID, c.ServerID))
+	sealed, err := s.key.Seal([]byte(in.Credential), credentialAD(c.TenantID, c.ServerID, c.Endpoint))
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,12 @@ func (s *Service) client(c persistence.ServerConfig, op string, timeout time.Dur
 	case persistence.AuthModeNone:
 	case persistence.AuthModeBearer, persistence.AuthModeHeader:
 		if c.Credential == nil {
-			return nil, nil, fmt.Errorf("%w: none is stored", ErrCredentialUnreadable)
+			return nil, nil, ErrNoCredential
 		}
 		if s.key == nil {
 			return nil, nil, ErrNoSecretKey
 		}
-		cred, err := s.key.Open(c.Credential, credentialAD(c.TenantID, c.ServerID))
+		cred, err := s.key.Open(c.Credential, credentialAD(c.TenantID, c.ServerID, c.Endpoint))
 		if err != nil {
 			return nil, nil, ErrCredentialUnreadable
 		}

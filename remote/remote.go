@@ -51,8 +51,12 @@ var (
 	ErrNoEndpoint = errors.New("the server has no endpoint")
 	// ErrNoSecretKey: a credential was given, or must be opened, but the service has no secret key.
 	ErrNoSecretKey = errors.New("no secret key is configured (MCPFLEET_SECRET_KEY)")
-	// ErrCredentialUnreadable: the stored credential cannot be opened with the configured key.
+	// ErrCredentialUnreadable: the stored credential cannot be opened with the configured key (or for this
+	// server's endpoint origin: it was moved there other than through Update).
 	ErrCredentialUnreadable = errors.New("the stored credential cannot be opened with the configured secret key")
+	// ErrNoCredential: the server's authentication needs a credential and none is stored — Update drops
+	// it when the endpoint moves to another origin without a new one.
+	ErrNoCredential = errors.New("the server's authentication needs a credential and none is stored")
 	// ErrAuthUnsupported: the stored authentication mode is not one this client offers. The error is an
 	// *AuthUnsupportedError naming it.
 	ErrAuthUnsupported = errors.New("the stored authentication mode is not supported")
@@ -91,6 +95,8 @@ type Store interface {
 	ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []persistence.Tool, ttl time.Duration, at time.Time) (persistence.SkillChanges, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool, at time.Time) (persistence.Skill, bool, error)
 	ProbeTargets(ctx context.Context) ([]persistence.ProbeTarget, error)
+	LegacyCredentials(ctx context.Context) ([]persistence.LegacyCredential, error)
+	ReplaceCredential(ctx context.Context, tenantID, serverID uuid.UUID, endpoint string, old, sealed []byte) (bool, error)
 }
 
 // Fleet is what the service needs of the actor system.
@@ -193,10 +199,30 @@ func (s *Service) CheckEndpoint(ctx context.Context, raw string) (string, error)
 	return u.String(), nil
 }
 
-// credentialAD is the associated data a server's credential is sealed to: a sealed credential copied to
-// another server's row, or another tenant's, does not open.
-func credentialAD(tenantID, serverID uuid.UUID) []byte {
+// credentialAD is the associated data a server's credential is sealed to: its tenant, its server and the
+// origin (scheme, host, port) of its endpoint. A sealed credential copied to another server's row, or
+// another tenant's, or left on a row whose endpoint was moved to another origin, does not open; another
+// path on the same origin keeps it.
+func credentialAD(tenantID, serverID uuid.UUID, endpoint string) []byte {
+	return []byte("mcpfleet/server_config.credential/v2/" + tenantID.String() + "/" + serverID.String() + "/" + originOf(endpoint))
+}
+
+// legacyCredentialAD is what a credential of the legacy format was sealed to: tenant and server only.
+func legacyCredentialAD(tenantID, serverID uuid.UUID) []byte {
 	return []byte("mcpfleet/server_config.credential/" + tenantID.String() + "/" + serverID.String())
+}
+
+// originOf is the origin of a stored endpoint, "" for none. A stored endpoint that is not a URL the
+// policy accepts (it was checked when stored) binds to its own text.
+func originOf(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	o, err := mcpclient.Origin(endpoint)
+	if err != nil {
+		return "unparsed:" + endpoint
+	}
+	return o
 }
 
 // Description is what the read side shows of a server beyond its mcp_servers row.

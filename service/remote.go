@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -12,15 +13,24 @@ import (
 )
 
 // newRemote narrows the configuration into the MCP client side's own and builds it. Probes run every
-// heartbeat interval: a probe is the heartbeat of a server that cannot send one.
-func (s *Service) newRemote(cfg Config, log *slog.Logger) *remote.Service {
+// heartbeat interval: a probe is the heartbeat of a server that cannot send one. Credentials sealed in
+// the legacy format are sealed again, bound to their endpoint's origin, before anything can use them; a
+// failure of that pass is logged, not fatal (the credentials it missed read as credential_unreadable
+// until the next start).
+func (s *Service) newRemote(ctx context.Context, cfg Config, log *slog.Logger) *remote.Service {
 	if cfg.SecretKey == nil {
 		log.Warn("MCPFLEET_SECRET_KEY is not set: MCP servers that need a credential cannot be configured or reached")
 	}
-	return remote.New(remote.Config{
+	r := remote.New(remote.Config{
 		AllowHosts: cfg.EndpointAllowlist, Timeout: cfg.MCPTimeout, ProbeInterval: cfg.HeartbeatInterval,
 		ProbeConcurrency: cfg.ProbeConcurrency, ClientVersion: "mcpfleet",
 	}, remote.Deps{Store: s.store, Fleet: s.fleet, Key: cfg.SecretKey, Log: log, Observer: s.MCPObserver()})
+	if n, err := r.ResealLegacyCredentials(ctx); err != nil {
+		log.Error("legacy credentials not all sealed again for their endpoint's origin", "resealed", n, "err", err)
+	} else if n > 0 {
+		log.Info("legacy credentials sealed again for their endpoint's origin", "resealed", n)
+	}
+	return r
 }
 
 // Remote is the MCP client side (tests drive probing through it).

@@ -94,7 +94,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if s.fleet, err = s.startFleet(ctx, cfg, opt); err != nil {
 		return nil, err
 	}
-	s.remote = s.newRemote(cfg, log)
+	s.remote = s.newRemote(ctx, cfg, log)
 	if err := s.startGateway(ctx, cfg, opt, log); err != nil {
 		return nil, err
 	}

@@ -107,6 +107,8 @@ func (u *UI) remoteProblem(ctx context.Context, err error) (int, string) {
 		return http.StatusConflict, "This server has no endpoint to reach: set one (PATCH endpoint) first."
 	case errors.As(err, &au):
 		return http.StatusConflict, fmt.Sprintf("The stored authentication mode %q is not one this service offers (bearer, header): fix it first.", au.Mode)
+	case errors.Is(err, remote.ErrNoCredential):
+		return http.StatusConflict, "This server's authentication needs a credential and none is stored (it is dropped when the endpoint moves to another origin): set it again."
 	case errors.Is(err, remote.ErrCredentialUnreadable):
 		return http.StatusConflict, "The stored credential cannot be opened with the configured secret key (was MCPFLEET_SECRET_KEY changed?): set it again."
 	case errors.Is(err, remote.ErrNoSecretKey):
