@@ -72,6 +72,8 @@ type Deps struct {
 	UI     UI
 	// Gateway is the tool-call gateway (/v1/mcp/calls, /v1/mcp/runs, /v1/mcp/settings); optional.
 	Gateway Gateway
+	// MCP is the MCP endpoint for agents, served at /mcp (mcp.go); optional.
+	MCP http.Handler
 }
 
 // Server is the HTTP API.
@@ -136,6 +138,7 @@ func (s *Server) Handler() http.Handler {
 	s.configRoutes(v1)
 	s.eventRoutes(v1)
 	s.callRoutes(v1)
+	s.mcpRoutes(r)
 	if s.deps.UI != nil {
 		s.deps.UI.Mount(r)
 	}

@@ -57,6 +57,9 @@ type Config struct {
 	AuthThrottledAddresses int     // MCPFLEET_AUTH_THROTTLED_ADDRESSES: addresses whose failures are remembered, default 65536
 	ListAdvertisementLimit int     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT: largest list page with capability advertisements, default 100
 
+	// MCP is the MCP endpoint for agents at /mcp (service/mcpendpoint.go).
+	MCP MCPConfig
+
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
@@ -153,6 +156,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	errs = append(errs, c.gatewayFromEnv(getenv)...)
 	errs = append(errs, c.apiLimitsFromEnv(getenv)...)
+	errs = append(errs, c.mcpFromEnv(getenv)...)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -193,6 +197,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateMCPClient()...)
 	errs = append(errs, c.validateGateway()...)
+	errs = append(errs, c.validateMCP()...)
 	return errors.Join(errs...)
 }
 

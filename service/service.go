@@ -17,6 +17,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/gateway"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/mcpendpoint"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
 	"github.com/mcpfleet/mcpfleet/telemetry"
@@ -55,6 +56,8 @@ type Service struct {
 	served     chan error
 	remote     *remote.Service
 	gateway    *gateway.Gateway
+	mcp        *mcpendpoint.Endpoint
+	api        *httpapi.Server
 }
 
 // Start starts the service and returns once it is ready and listening. If it fails, whatever it had
@@ -102,12 +105,14 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err != nil {
 		return nil, err
 	}
+	s.mcp = s.newMCPEndpoint(cfg, opt, log)
 	api := httpapi.New(cfg.apiConfig(), httpapi.Deps{
 		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
 		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,
-		Gateway: s.gateway,
+		Gateway: s.gateway, MCP: s.mcp,
 	})
+	s.api = api
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -194,6 +199,9 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := s.gateway.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.mcp != nil {
+		s.mcp.Close() // sessions and their streams end, so Shutdown does not wait on them
 	}
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {

@@ -192,6 +192,8 @@ func printBanner(w io.Writer, base, tenant string, keys map[persistence.Role]per
 	p("Dashboard: %s/ui/   (sign in with the admin or the operator key below)", base)
 	p("H = %s, monitor every %s: a server is degraded after %s of silence and unhealthy after %s.",
 		cfg.HeartbeatInterval, cfg.MonitorInterval, 2*cfg.HeartbeatInterval, 3*cfg.HeartbeatInterval)
+	p("MCP endpoint for agents: %s/mcp   (Streamable HTTP; the admin key below as bearer; docs/mcp-endpoint.md)", base)
+	p(`  npx @modelcontextprotocol/inspector --cli %s/mcp --transport http --header "Authorization: Bearer %s" --method tools/list`, base, adm)
 	p("")
 	p("Tenant %s; API keys (shown once):", tenant)
 	p("  admin     %s", adm)

@@ -1,0 +1,476 @@
+// Package mcpendpoint is mcpfleet as an MCP server: one Streamable HTTP endpoint (/mcp) on the official
+// Go SDK's server side where an agent sees the tools of its tenant it may call, and calls them through the
+// tool-call gateway, with the gateway's guard rails unchanged (docs/mcp-endpoint.md).
+//
+// It speaks what the SDK speaks: MCP 2026-07-28 (server/discover, no sessions, subscriptions/listen) on a
+// stateless handler, and the earlier revisions (initialize, Mcp-Session-Id) on a stateful one; a request
+// is routed by its MCP-Protocol-Version header.
+//
+// Each tenant has one SDK server holding the tenant's listed tools. A poller per tenant reads the tenant's
+// skills every PollInterval, assigns stable names to new ones (names.go), decides which are listed
+// (enabled, server enabled, schema in the supported subset, not orphaned, and in Hide mode the server's
+// liveness after a hold, listing.go) and applies the difference to the SDK server, which sends one
+// notifications/tools/list_changed to every connected session per change.
+//
+// Every request is checked in this order, each refusal a JSON-RPC error with an HTTP status: Host and
+// Origin (DNS rebinding), the bearer key, its role (administrator: remote tools always require one), the
+// body size, the key's requests in flight and, for a new session, the key's sessions.
+package mcpendpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpfleet/mcpfleet/gateway"
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// Store is what the endpoint reads and writes.
+type Store interface {
+	EndpointTools(ctx context.Context, tenantID uuid.UUID) ([]persistence.EndpointTool, error)
+	AssignToolNames(ctx context.Context, tenantID uuid.UUID, names map[uuid.UUID]string, at time.Time) error
+}
+
+// Gateway is the tool-call gateway's public API the endpoint calls through.
+type Gateway interface {
+	Call(ctx context.Context, req gateway.Request) (persistence.Call, error)
+	Get(ctx context.Context, tenantID, callID uuid.UUID) (persistence.Call, error)
+	List(ctx context.Context, tenantID uuid.UUID, f persistence.CallFilter) ([]persistence.Call, error)
+	Cancel(ctx context.Context, tenantID, callID, by uuid.UUID) (persistence.Call, error)
+}
+
+var (
+	_ Store   = (*persistence.Store)(nil)
+	_ Gateway = (*gateway.Gateway)(nil)
+)
+
+// AuthError is why a request's bearer key was not accepted, as the API answers it (status, problem
+// slug, detail, and how long to wait for a 429 or 503).
+type AuthError struct {
+	Status     int
+	Slug       string
+	Detail     string
+	RetryAfter time.Duration
+}
+
+// Authenticator resolves a request's bearer key to its principal (the API's key check, with its cache
+// and throttling).
+type Authenticator func(r *http.Request) (persistence.Principal, *AuthError)
+
+// Defaults.
+const (
+	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultMaxSessionsPerKey = 32
+	DefaultMaxStreamsPerKey  = 16
+	DefaultSessionIdle       = 30 * time.Minute
+)
+
+// Config configures the endpoint. Zero values take the defaults.
+type Config struct {
+	// Unavailable is the listing of tools whose server is down (MCPFLEET_MCP_UNAVAILABLE_TOOLS); default Keep.
+	Unavailable Mode
+	// ListHold is how long a server must stay down (up) before Hide mode takes its tools off (puts them
+	// back on) the list (MCPFLEET_MCP_LIST_HOLD); default MonitorPeriod.
+	ListHold time.Duration
+	// MonitorPeriod is the health monitor's period, the default hold; default 5 s.
+	MonitorPeriod time.Duration
+	// RetryAfter is what a call to a tool of an unhealthy server is told to wait; default the gateway's.
+	RetryAfter time.Duration
+	// PollInterval is how often each tenant's tools are read; default 250 ms, so an operator's change
+	// reaches every session within a second.
+	PollInterval time.Duration
+	// AllowedHosts are the host names (and addresses) a request's Host and Origin may name, besides the
+	// loopback names; a port is ignored (MCPFLEET_MCP_ALLOWED_HOSTS).
+	AllowedHosts []string
+	// MaxBodyBytes bounds a request body; default 1 MiB.
+	MaxBodyBytes int64
+	// MaxSessionsPerKey bounds the open sessions of one key; default 32.
+	MaxSessionsPerKey int
+	// MaxStreamsPerKey bounds one key's requests in flight (each an open response stream); default 16.
+	MaxStreamsPerKey int
+	// SessionIdle closes a session that sent nothing for this long; default 30 min.
+	SessionIdle time.Duration
+	// WaitPoll is how often a call awaiting approval (or still running) is read again; default 250 ms.
+	WaitPoll time.Duration
+	// ProgressEvery is how often a waiting call sends a progress notification; default 5 s.
+	ProgressEvery time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Unavailable == "" {
+		c.Unavailable = Keep
+	}
+	def(&c.MonitorPeriod, 5*time.Second)
+	def(&c.ListHold, c.MonitorPeriod)
+	def(&c.RetryAfter, 10*time.Second)
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.SessionIdle, DefaultSessionIdle)
+	def(&c.WaitPoll, 250*time.Millisecond)
+	def(&c.ProgressEvery, 5*time.Second)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxSessionsPerKey <= 0 {
+		c.MaxSessionsPerKey = DefaultMaxSessionsPerKey
+	}
+	if c.MaxStreamsPerKey <= 0 {
+		c.MaxStreamsPerKey = DefaultMaxStreamsPerKey
+	}
+	return c
+}
+
+// Deps are the endpoint's collaborators.
+type Deps struct {
+	Store        Store
+	Gateway      Gateway
+	Authenticate Authenticator
+	Clock        health.Clock // judges the list hold; default the real clock
+	Log          *slog.Logger
+	Version      string // the server's version in its self-description
+}
+
+// Endpoint is the MCP endpoint. It is an http.Handler, safe for concurrent use.
+type Endpoint struct {
+	cfg       Config
+	deps      Deps
+	log       *slog.Logger
+	stateful  *mcp.StreamableHTTPHandler
+	stateless *mcp.StreamableHTTPHandler
+
+	mu       sync.Mutex
+	closed   bool
+	hubs     map[uuid.UUID]*hub
+	inflight map[uuid.UUID]int       // requests in flight per key
+	sessions map[string]sessionOwner // session id → the key that opened it
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+type sessionOwner struct {
+	key    uuid.UUID
+	tenant uuid.UUID
+}
+
+// New returns the endpoint. Its pollers start with the first request of each tenant; Close stops them.
+func New(cfg Config, deps Deps) *Endpoint {
+	if deps.Clock == nil {
+		deps.Clock = health.RealClock{}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	e := &Endpoint{cfg: cfg.withDefaults(), deps: deps, log: deps.Log, hubs: map[uuid.UUID]*hub{},
+		inflight: map[uuid.UUID]int{}, sessions: map[string]sessionOwner{}, stop: make(chan struct{})}
+	getServer := func(r *http.Request) *mcp.Server {
+		if h := e.hubOf(r.Context()); h != nil {
+			return h.server
+		}
+		return nil
+	}
+	e.stateful = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		SessionTimeout: e.cfg.SessionIdle, MaxRequestBodyBytes: e.cfg.MaxBodyBytes, Logger: e.log,
+	})
+	e.stateless = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Stateless: true, PropagateRequestCancellation: true, MaxRequestBodyBytes: e.cfg.MaxBodyBytes, Logger: e.log,
+	})
+	return e
+}
+
+// Config returns the effective configuration.
+func (e *Endpoint) Config() Config { return e.cfg }
+
+// Close stops every tenant's poller and closes every session.
+func (e *Endpoint) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	close(e.stop)
+	hubs := make([]*hub, 0, len(e.hubs))
+	for _, h := range e.hubs {
+		hubs = append(hubs, h)
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+	for _, h := range hubs {
+		var open []*mcp.ServerSession
+		for s := range h.server.Sessions() {
+			open = append(open, s)
+		}
+		for _, s := range open {
+			_ = s.Close()
+		}
+	}
+}
+
+// The JSON-RPC error codes of the endpoint's refusals (the implementation-defined server range).
+const (
+	CodeUnauthorized = -32001
+	CodeForbidden    = -32003
+	CodeTooLarge     = -32004
+	CodeTooMany      = -32005
+	CodeUnavailable  = -32006
+)
+
+// refuse answers a request the endpoint will not serve: a JSON-RPC error (id null) with the HTTP status,
+// whose data names the refusal (slug) as the API's problem types do.
+func refuse(w http.ResponseWriter, status, code int, slug, msg string, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpfleet"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": code, "message": msg, "data": map[string]any{"type": slug, "status": status}},
+	})
+}
+
+type principalKey struct{}
+
+// ServeHTTP serves /mcp: the checks of the package comment, then the SDK's handler.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !e.hostAllowed(r.Host) {
+		refuse(w, http.StatusForbidden, CodeForbidden, "host_refused", fmt.Sprintf("the Host %q is not one this endpoint answers to (MCPFLEET_MCP_ALLOWED_HOSTS)", r.Host), 0)
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && !e.originAllowed(o) {
+		refuse(w, http.StatusForbidden, CodeForbidden, "origin_refused", fmt.Sprintf("requests from the origin %q are refused (DNS rebinding protection; MCPFLEET_MCP_ALLOWED_HOSTS)", o), 0)
+		return
+	}
+	p, aerr := e.deps.Authenticate(r)
+	if aerr != nil {
+		code := CodeUnauthorized
+		switch aerr.Status {
+		case http.StatusTooManyRequests:
+			code = CodeTooMany
+		case http.StatusServiceUnavailable:
+			code = CodeUnavailable
+		}
+		refuse(w, aerr.Status, code, aerr.Slug, aerr.Detail, aerr.RetryAfter)
+		return
+	}
+	if p.Role != persistence.RoleAdmin {
+		refuse(w, http.StatusForbidden, CodeForbidden, "forbidden", "this API key's role ("+string(p.Role)+") may not call remote tools: the MCP endpoint needs an administrator's key", 0)
+		return
+	}
+	if r.Body != nil && r.Method == http.MethodPost {
+		body, err := io.ReadAll(io.LimitReader(r.Body, e.cfg.MaxBodyBytes+1))
+		if err != nil {
+			refuse(w, http.StatusBadRequest, jsonrpcInvalidRequest, "invalid_request", "the request body could not be read", 0)
+			return
+		}
+		if int64(len(body)) > e.cfg.MaxBodyBytes {
+			refuse(w, http.StatusRequestEntityTooLarge, CodeTooLarge, "body_too_large", fmt.Sprintf("the request body exceeds %d bytes", e.cfg.MaxBodyBytes), 0)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	release, ok := e.acquire(p.KeyID)
+	if !ok {
+		refuse(w, http.StatusTooManyRequests, CodeTooMany, "too_many_streams", fmt.Sprintf("this key has %d requests in flight on the MCP endpoint, the most it may", e.cfg.MaxStreamsPerKey), time.Second)
+		return
+	}
+	defer release()
+	h, err := e.hub(r.Context(), p.TenantID)
+	if err != nil {
+		e.log.WarnContext(r.Context(), "mcp endpoint: the tenant's tools could not be read", "tenant_id", p.TenantID, "err", err)
+		refuse(w, http.StatusServiceUnavailable, CodeUnavailable, "unavailable", "the tenant's tools could not be read right now", 2*time.Second)
+		return
+	}
+	// Long requests (an approval wait, a standalone stream) outlive the server's write timeout.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	ctx := context.WithValue(r.Context(), principalKey{}, p)
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sid != "" {
+		e.mu.Lock()
+		owner, known := e.sessions[sid]
+		e.mu.Unlock()
+		if known && owner.key != p.KeyID {
+			refuse(w, http.StatusNotFound, CodeForbidden, "session_not_found", "there is no such session for this key", 0)
+			return
+		}
+	}
+	// The SDK binds a session to the key that opened it (TokenInfo.UserID): another key's request for
+	// it is refused.
+	ti := &auth.TokenInfo{UserID: p.KeyID.String(), Expiration: time.Now().Add(24 * time.Hour)}
+	r = r.WithContext(ctx)
+	next := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return ti, nil }, nil)
+	if modern(r) {
+		next(e.stateless).ServeHTTP(w, r)
+		return
+	}
+	if sid == "" && r.Method == http.MethodPost {
+		if n := e.sessionsOf(h, p.KeyID); n >= e.cfg.MaxSessionsPerKey {
+			refuse(w, http.StatusTooManyRequests, CodeTooMany, "too_many_sessions", fmt.Sprintf("this key has %d open sessions, the most it may: close one (DELETE /mcp) or let it idle out", n), time.Second)
+			return
+		}
+		cw := &sessionCapture{ResponseWriter: w}
+		next(e.stateful).ServeHTTP(cw, r)
+		if id := cw.Header().Get("Mcp-Session-Id"); id != "" {
+			e.mu.Lock()
+			e.sessions[id] = sessionOwner{key: p.KeyID, tenant: p.TenantID}
+			e.mu.Unlock()
+		}
+		return
+	}
+	next(e.stateful).ServeHTTP(w, r)
+}
+
+const jsonrpcInvalidRequest = -32600
+
+// modern reports whether r speaks MCP 2026-07-28 or later (served without sessions).
+func modern(r *http.Request) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	return v != "" && v >= "2026-07-28"
+}
+
+// sessionCapture lets the endpoint read the session id the SDK assigns; it passes Flush and Unwrap on.
+type sessionCapture struct{ http.ResponseWriter }
+
+func (c *sessionCapture) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *sessionCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// sessionsOf counts key's open sessions (and forgets closed ones).
+func (e *Endpoint) sessionsOf(h *hub, key uuid.UUID) int {
+	open := map[string]bool{}
+	for s := range h.server.Sessions() {
+		open[s.ID()] = true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for id, o := range e.sessions {
+		if o.tenant != h.tenant {
+			continue
+		}
+		if !open[id] {
+			delete(e.sessions, id)
+			continue
+		}
+		if o.key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// acquire takes one of key's request slots.
+func (e *Endpoint) acquire(key uuid.UUID) (func(), bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inflight[key] >= e.cfg.MaxStreamsPerKey {
+		return nil, false
+	}
+	e.inflight[key]++
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.inflight[key]--; e.inflight[key] <= 0 {
+			delete(e.inflight, key)
+		}
+	}, true
+}
+
+// hostAllowed reports whether host (a Host header) names this endpoint: a loopback name or address, or
+// one of AllowedHosts.
+func (e *Endpoint) hostAllowed(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.ToLower(strings.Trim(name, "[]"))
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return true
+	}
+	if ip := net.ParseIP(name); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return slices.ContainsFunc(e.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, name) })
+}
+
+// originAllowed reports whether a browser page of origin may call the endpoint: its host must be one the
+// endpoint answers to (so a page on another site, or a rebound DNS name, is refused).
+func (e *Endpoint) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return e.hostAllowed(u.Host)
+}
+
+// hubOf is the hub of the request's principal (set by ServeHTTP).
+func (e *Endpoint) hubOf(ctx context.Context) *hub {
+	p, ok := ctx.Value(principalKey{}).(persistence.Principal)
+	if !ok {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hubs[p.TenantID]
+}
+
+// hub returns tenantID's hub, creating it (and reading its tools once) on first use.
+func (e *Endpoint) hub(ctx context.Context, tenantID uuid.UUID) (*hub, error) {
+	e.mu.Lock()
+	h := e.hubs[tenantID]
+	closed := e.closed
+	e.mu.Unlock()
+	if h != nil {
+		return h, nil
+	}
+	if closed {
+		return nil, errors.New("the endpoint is closed")
+	}
+	h = newHub(e, tenantID)
+	if err := h.sync(ctx); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if got := e.hubs[tenantID]; got != nil {
+		return got, nil
+	}
+	if e.closed {
+		return nil, errors.New("the endpoint is closed")
+	}
+	e.hubs[tenantID] = h
+	e.wg.Add(1)
+	go h.run()
+	return h, nil
+}

@@ -1,0 +1,87 @@
+package mcpendpoint
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+func TestAssignNames(t *testing.T) {
+	a, b, c, d := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	taken := map[string]bool{"forecast": true}
+	got := assignNames([]candidate{
+		{SkillID: a, Module: "beta", Tool: "forecast"},
+		{SkillID: b, Module: "beta", Tool: "forecast"}, // a second beta.forecast (another skill): id suffix
+		{SkillID: c, Module: "we ird/mod", Tool: "alerts"},
+		{SkillID: d, Module: "x", Tool: strings.Repeat("t", 130)},
+	}, taken)
+	want := map[uuid.UUID]string{a: "beta.forecast", b: "beta.forecast." + b.String()[:8], c: "alerts", d: strings.Repeat("t", 128)}
+	for id, n := range want {
+		if got[id] != n {
+			t.Errorf("%s: got %q, want %q", id, got[id], n)
+		}
+	}
+	// A name once taken stays taken: the same tool of a third server is qualified, never renaming others.
+	e := uuid.New()
+	if n := assignNames([]candidate{{SkillID: e, Module: "gamma", Tool: "forecast"}}, taken)[e]; n != "gamma.forecast" {
+		t.Errorf("third forecast: %q", n)
+	}
+}
+
+func TestHolds(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ptr := func(x time.Time) *time.Time { return &x }
+	id := uuid.New()
+	h := newHolds(5 * time.Second)
+	steps := []struct {
+		now     int
+		st      health.Status
+		changed *time.Time
+		listed  bool
+	}{
+		{0, health.Healthy, nil, true},
+		{1, health.Unhealthy, ptr(at(1)), true},   // down, hold not yet over
+		{5, health.Unhealthy, ptr(at(1)), true},   // 4 s
+		{6, health.Unhealthy, ptr(at(1)), false},  // 5 s: off the list
+		{7, health.Healthy, ptr(at(7)), false},    // up again
+		{9, health.Unhealthy, ptr(at(9)), false},  // flapping: down within the hold
+		{10, health.Degraded, ptr(at(10)), false}, // up
+		{14, health.Healthy, ptr(at(10)), false},  // 4 s up
+		{15, health.Healthy, ptr(at(10)), true},   // a whole hold up: back
+		{16, health.Deregistered, ptr(at(16)), true},
+		{21, health.Deregistered, ptr(at(16)), false},
+	}
+	for _, s := range steps {
+		if got := h.observe(id, s.st, s.changed, at(s.now)); got != s.listed {
+			t.Fatalf("t=%d %s: listed %v, want %v", s.now, s.st, got, s.listed)
+		}
+	}
+	// A server first seen down for longer than the hold is not listed; one just gone down is.
+	if h.observe(uuid.New(), health.Unhealthy, ptr(at(0)), at(30)) {
+		t.Error("a long-dead server was listed")
+	}
+	if !h.observe(uuid.New(), health.Unhealthy, ptr(at(29)), at(30)) {
+		t.Error("a server down for 1 s was hidden")
+	}
+}
+
+func TestHostAndOrigin(t *testing.T) {
+	e := New(Config{AllowedHosts: []string{"fleet.example.com"}}, Deps{})
+	for host, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost": true, "[::1]:80": true, "fleet.example.com:443": true,
+		"evil.example": false, "127.0.0.1.evil.example": false, "": false} {
+		if e.hostAllowed(host) != ok {
+			t.Errorf("host %q: %v", host, !ok)
+		}
+	}
+	for origin, ok := range map[string]bool{"http://localhost:3000": true, "https://fleet.example.com": true, "https://evil.example": false,
+		"null": false, "file://": false} {
+		if e.originAllowed(origin) != ok {
+			t.Errorf("origin %q: %v", origin, !ok)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+// EndpointTool is a skill as the MCP endpoint sees it: the skill, what its server is and says, and the
+// name it is listed under ("" until one is assigned).
+type EndpointTool struct {
+	Skill         Skill
+	ModuleName    string
+	RegisteredAt  time.Time
+	Status        health.Status
+	ServerEnabled bool   // server_config.enabled (true without a row)
+	Liveness      string // push | probe
+	// StatusSince is when the server last went down (its last unhealthy or deregistered audit event) if
+	// it is down, or came up (its last registered or recovered event) if it is up; nil if unknown.
+	StatusSince     *time.Time
+	LastHeartbeatAt time.Time
+	LastContact     *time.Time
+	ListedName      string
+}
+
+// EndpointTools returns every skill of tenantID with its server and its assigned endpoint name, ordered
+// by the server's registration and the skill's name (the order names are assigned in).
+func (s *Store) EndpointTools(ctx context.Context, tenantID uuid.UUID) ([]EndpointTool, error) {
+	var out []EndpointTool
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT k.skill_id, k.tenant_id, k.server_id, k.name, k.description, k.input_schema, k.enabled, k.available,
+			       k.orphaned_at, k.updated_at,
+			       m.module_name, m.registered_at, m.status, coalesce(c.enabled, true), coalesce(c.liveness, 'push'),
+			       (SELECT max(a.occurred_at) FROM audit_events a WHERE a.server_id = m.server_id AND a.kind = ANY(
+			           CASE WHEN m.status IN ('unhealthy', 'deregistered') THEN ARRAY['mcp.server.unhealthy', 'mcp.server.deregistered']
+			           ELSE ARRAY['mcp.server.registered', 'mcp.server.recovered'] END)),
+			       m.last_heartbeat_at, c.last_contact, coalesce(n.name, '')
+			FROM skill_registry k
+			JOIN mcp_servers m ON m.server_id = k.server_id
+			LEFT JOIN server_config c ON c.server_id = k.server_id
+			LEFT JOIN mcp_tool_names n ON n.skill_id = k.skill_id
+			ORDER BY m.registered_at, m.module_name, k.name, k.skill_id`)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (EndpointTool, error) {
+			var t EndpointTool
+			k := &t.Skill
+			err := r.Scan(&k.SkillID, &k.TenantID, &k.ServerID, &k.Name, &k.Description, &k.InputSchema, &k.Enabled, &k.Available,
+				&k.OrphanedAt, &k.UpdatedAt, &t.ModuleName, &t.RegisteredAt, &t.Status, &t.ServerEnabled, &t.Liveness,
+				&t.StatusSince, &t.LastHeartbeatAt, &t.LastContact, &t.ListedName)
+			return t, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint tools: %w", err)
+	}
+	return out, nil
+}
+
+// AssignToolNames records the endpoint names of skills that have none yet (skill id → name). A name is
+// never changed: a skill that already has one keeps it, and a name another skill of the tenant holds is
+// not taken (both are skipped silently; the caller reads the names back with EndpointTools).
+func (s *Store) AssignToolNames(ctx context.Context, tenantID uuid.UUID, names map[uuid.UUID]string, at time.Time) error {
+	if len(names) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, 0, len(names))
+	vals := make([]string, 0, len(names))
+	for id, n := range names {
+		ids = append(ids, id)
+		vals = append(vals, n)
+	}
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO mcp_tool_names (skill_id, tenant_id, name, assigned_at)
+			SELECT u.id, $1, u.name, $4 FROM unnest($2::uuid[], $3::text[]) AS u(id, name)
+			ON CONFLICT DO NOTHING`, tenantID, ids, vals, at)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("assign tool names: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package service
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/mcpendpoint"
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// MCPConfig configures the MCP endpoint (zero values take the defaults).
+type MCPConfig struct {
+	Unavailable  mcpendpoint.Mode // MCPFLEET_MCP_UNAVAILABLE_TOOLS: keep (default) or hide
+	ListHold     time.Duration    // MCPFLEET_MCP_LIST_HOLD: default one monitor period
+	AllowedHosts []string         // MCPFLEET_MCP_ALLOWED_HOSTS: host names besides loopback that Host and Origin may name
+	// MaxSessionsPerKey and MaxStreamsPerKey are MCPFLEET_MCP_SESSIONS_PER_KEY (default 32) and
+	// MCPFLEET_MCP_STREAMS_PER_KEY (default 16).
+	MaxSessionsPerKey, MaxStreamsPerKey int
+	PollInterval                        time.Duration // tests: how often tenants' tools are read (default 250 ms)
+}
+
+// mcpFromEnv reads the MCP endpoint's settings into c.
+func (c *Config) mcpFromEnv(getenv func(string) string) []error {
+	var errs []error
+	c.MCP.Unavailable = mcpendpoint.Mode(or(getenv("MCPFLEET_MCP_UNAVAILABLE_TOOLS"), string(mcpendpoint.Keep)))
+	if v := getenv("MCPFLEET_MCP_LIST_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_MCP_LIST_HOLD=%q is not a duration (like 5s)", v))
+		}
+		c.MCP.ListHold = d
+	}
+	c.MCP.AllowedHosts = splitList(getenv("MCPFLEET_MCP_ALLOWED_HOSTS"))
+	num := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			if _, err := fmt.Sscan(v, dst); err != nil || *dst < 1 || *dst > 10000 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to 10000", name, v))
+			}
+		}
+	}
+	num("MCPFLEET_MCP_SESSIONS_PER_KEY", &c.MCP.MaxSessionsPerKey)
+	num("MCPFLEET_MCP_STREAMS_PER_KEY", &c.MCP.MaxStreamsPerKey)
+	return errs
+}
+
+// validateMCP checks the MCP endpoint's settings.
+func (c Config) validateMCP() []error {
+	var errs []error
+	switch c.MCP.Unavailable {
+	case "", mcpendpoint.Keep, mcpendpoint.Hide:
+	default:
+		errs = append(errs, fmt.Errorf("MCPFLEET_MCP_UNAVAILABLE_TOOLS=%q: want keep or hide", c.MCP.Unavailable))
+	}
+	if c.MCP.ListHold < 0 || c.MCP.ListHold > time.Hour {
+		errs = append(errs, fmt.Errorf("MCPFLEET_MCP_LIST_HOLD=%s: want 0 (one monitor period) to 1h", c.MCP.ListHold))
+	}
+	return errs
+}
+
+// newMCPEndpoint builds the MCP endpoint: tools/call goes through the gateway, keys are checked by the
+// API's authenticator (set by mountMCP once the API exists).
+func (s *Service) newMCPEndpoint(cfg Config, opt Options, log *slog.Logger) *mcpendpoint.Endpoint {
+	hosts := cfg.MCP.AllowedHosts
+	if h, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+		hosts = append(hosts, h)
+	}
+	return mcpendpoint.New(mcpendpoint.Config{
+		Unavailable: cfg.MCP.Unavailable, ListHold: cfg.MCP.ListHold, MonitorPeriod: cfg.MonitorInterval,
+		RetryAfter: cfg.HeartbeatInterval, PollInterval: cfg.MCP.PollInterval, AllowedHosts: hosts,
+		MaxSessionsPerKey: cfg.MCP.MaxSessionsPerKey, MaxStreamsPerKey: cfg.MCP.MaxStreamsPerKey,
+	}, mcpendpoint.Deps{
+		Store: s.store, Gateway: s.gateway, Clock: opt.Clock, Log: log.With("component", "mcp_endpoint"), Version: "1",
+		Authenticate: func(r *http.Request) (persistence.Principal, *mcpendpoint.AuthError) {
+			p, pr := s.api.Authenticate(r)
+			if pr != nil {
+				return p, &mcpendpoint.AuthError{Status: pr.Status, Slug: pr.Type, Detail: pr.Detail, RetryAfter: pr.RetryAfter}
+			}
+			return p, nil
+		},
+	})
+}
+
+// MCPEndpoint is the MCP endpoint.
+func (s *Service) MCPEndpoint() *mcpendpoint.Endpoint { return s.mcp }
+
+var _ interface {
+	Authenticate(*http.Request) (persistence.Principal, *httpapi.Problem)
+} = (*httpapi.Server)(nil)

@@ -1,0 +1,239 @@
+package service_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
+)
+
+// TestMCPEndpointApprovalWait: a call of a server that requires approval waits, sending progress, until an
+// administrator approves it in the dashboard's API; then it runs and its result is the answer. A denied
+// one is a tool error.
+func TestMCPEndpointApprovalWait(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	srv := mcptest.Tools(t)
+	h.gatewayServer("tools", srv.URL, true, "text")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	for _, decision := range []string{"approve", "deny"} {
+		done := make(chan *mcp.CallToolResult, 1)
+		params := &mcp.CallToolParams{Name: "text"}
+		params.SetProgressToken("p-" + decision)
+		go func() {
+			res, err := s.CallTool(context.Background(), params)
+			if err != nil {
+				t.Errorf("call: %v", err)
+			}
+			done <- res
+		}()
+		var parked []callView
+		waitFor(t, "the call parked", 5*time.Second, func() bool {
+			parked = h.listCalls("state=awaiting_approval")
+			return len(parked) == 1
+		})
+		waitFor(t, "a progress notification", 5*time.Second, func() bool { return s.progress.Load() > 0 })
+		select {
+		case <-done:
+			t.Fatal("the call answered before a decision")
+		default:
+		}
+		if r := h.callDecision(parked[0].CallID, decision); r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", decision, r.status, r.body)
+		}
+		select {
+		case res := <-done:
+			if decision == "approve" && (res.IsError || callText(t, res) != "hello from text") {
+				t.Fatalf("approved: %+v %q", res, callText(t, res))
+			}
+			if decision == "deny" && (!res.IsError || !strings.Contains(callText(t, res), "denied")) {
+				t.Fatalf("denied: %+v %q", res, callText(t, res))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer after the decision")
+		}
+		s.progress.Store(0)
+	}
+	if n := srv.Calls("text"); n != 1 {
+		t.Errorf("the server was asked %d times, want once (the approved call)", n)
+	}
+}
+
+// TestMCPEndpointCancel: notifications/cancelled cancels a call in flight at the remote server, and a
+// parked one unsent.
+func TestMCPEndpointCancel(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	srv := mcptest.Tools(t)
+	h.gatewayServer("tools", srv.URL, false, "hang")
+	h.advance(time.Second) // registered later: its colliding names are qualified
+	h.gatewayServer("gated", mcptest.Tools(t).URL, true, "text")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "hang"}); errc <- err }()
+	waitStarted(t, srv)
+	cancel()
+	waitCancelled(t, srv)
+	<-errc
+	waitFor(t, "the call cancelled", 10*time.Second, func() bool {
+		calls := h.listCalls("")
+		return len(calls) == 1 && calls[0].State == "cancelled"
+	})
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() { _, err := s.CallTool(ctx2, &mcp.CallToolParams{Name: "gated.text"}); errc <- err }()
+	waitFor(t, "the call parked", 5*time.Second, func() bool { return len(h.listCalls("state=awaiting_approval")) == 1 })
+	cancel2()
+	<-errc
+	waitFor(t, "the parked call cancelled", 10*time.Second, func() bool { return len(h.listCalls("state=cancelled")) == 2 })
+}
+
+// TestMCPEndpointBudget: the session is the run with the tenant's budget; the call after the last is a
+// tool error, unsent; a new session is a new run.
+func TestMCPEndpointBudget(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	srv := mcptest.Tools(t)
+	h.gatewayServer("tools", srv.URL, false, "text")
+	if r := h.do("PUT", "/v1/mcp/settings", h.adminKey(), map[string]any{"max_calls_per_run": 2}); r.status != http.StatusOK {
+		t.Fatalf("settings: %d %s", r.status, r.body)
+	}
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	for range 2 {
+		if res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"}); err != nil || res.IsError {
+			t.Fatalf("call: %v %+v", err, res)
+		}
+	}
+	res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"})
+	if err != nil || !res.IsError || !strings.Contains(callText(t, res), "budget_exhausted") {
+		t.Fatalf("third call: %v %+v %q", err, res, callText(t, res))
+	}
+	sc, _ := res.StructuredContent.(map[string]any)
+	if sc["status"] != "budget_exhausted" || sc["server_asked"] != false {
+		t.Errorf("structured %v", sc)
+	}
+	if n := srv.Calls("text"); n != 2 {
+		t.Errorf("server asked %d times, want 2", n)
+	}
+	s2 := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	if res, err := s2.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"}); err != nil || res.IsError {
+		t.Fatalf("new session: %v %+v", err, res)
+	}
+}
+
+// TestMCPEndpointListChanged: every operator change — a tool enabled, disabled, a server disabled and
+// enabled — reaches a session and a 2026-07-28 subscription as list_changed within a second.
+func TestMCPEndpointListChanged(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	id, skills := h.gatewayServer("tools", mcptest.Tools(t).URL, false, "text")
+	legacy := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	modern := h.mustConnectMCP(h.adminKey(), modernMCP)
+	steps := []struct {
+		what string
+		do   func()
+		want []string
+	}{
+		{"enable echo", func() { h.do("POST", "/v1/mcp/skills/"+skills["echo"].SkillID+"/enable", h.operatorKey(), nil) }, []string{"echo", "text"}},
+		{"disable text", func() { h.do("POST", "/v1/mcp/skills/"+skills["text"].SkillID+"/disable", h.operatorKey(), nil) }, []string{"echo"}},
+		{"disable the server", func() { h.patch(id, map[string]any{"enabled": false}) }, nil},
+		{"enable the server", func() { h.patch(id, map[string]any{"enabled": true}) }, []string{"echo"}},
+	}
+	for i, st := range steps {
+		st.do()
+		for _, s := range []*mcpSession{legacy, modern} {
+			waitChanges(t, s, int64(i+1), st.what)
+			if got := toolNames(t, s); !slices.Equal(got, st.want) {
+				t.Fatalf("%s: tools %v, want %v", st.what, got, st.want)
+			}
+		}
+	}
+}
+
+// TestMCPEndpointUnavailableKeep: in keep mode a silent server's tools stay listed (no list_changed), and
+// a call is answered at once with a tool error carrying status, since, retry and evidence; the server
+// recovering makes the call work again.
+func TestMCPEndpointUnavailableKeep(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint("keep"))
+	srv := mcptest.Tools(t)
+	id, _ := h.gatewayServer("tools", srv.URL, false, "text")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	h.silence(id)
+	res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"})
+	if err != nil || !res.IsError || !strings.Contains(callText(t, res), "unhealthy") {
+		t.Fatalf("call while unhealthy: %v %+v %q", err, res, callText(t, res))
+	}
+	sc, _ := res.StructuredContent.(map[string]any)
+	if sc["status"] != "unhealthy" || sc["unavailable_since"] == nil || sc["retry_after_seconds"] != float64(10) || sc["evidence"] == nil {
+		t.Fatalf("structured %v", sc)
+	}
+	if srv.Calls("text") != 0 {
+		t.Fatal("the unhealthy server was asked")
+	}
+	h.heartbeatOK(id)
+	waitFor(t, "the call works again", 5*time.Second, func() bool {
+		res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"})
+		return err == nil && !res.IsError
+	})
+	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) || s.changes.Load() != 0 {
+		t.Fatalf("keep mode changed the list: %v, %d list_changed", got, s.changes.Load())
+	}
+}
+
+// TestMCPEndpointUnavailableHide: in hide mode a silent server's tools leave the list after the hold
+// (one list_changed), a flapping server stays out while it flaps, and comes back after a whole hold up.
+func TestMCPEndpointUnavailableHide(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint("hide"))
+	srv := mcptest.Tools(t)
+	id, _ := h.gatewayServer("tools", srv.URL, false, "text")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	h.silence(id) // unhealthy now; the hold (one monitor period, 5 s) runs on the fake clock
+	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) {
+		t.Fatalf("hidden before the hold: %v", got)
+	}
+	h.advance(5 * time.Second)
+	waitChanges(t, s, 1, "hidden after the hold")
+	if got := toolNames(t, s); len(got) != 0 {
+		t.Fatalf("listed after the hold: %v", got)
+	}
+	res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"})
+	if err != nil || !res.IsError || !strings.Contains(callText(t, res), "not listed") {
+		t.Fatalf("call of a hidden tool: %v %+v %q", err, res, callText(t, res))
+	}
+	// Flapping: up, then down again within the hold — it stays out.
+	h.heartbeatOK(id)
+	h.advance(2 * time.Second)
+	h.silence(id)
+	h.advance(5 * time.Second)
+	h.heartbeatOK(id)
+	h.advance(4 * time.Second)
+	if got := toolNames(t, s); len(got) != 0 || s.changes.Load() != 1 {
+		t.Fatalf("a flapping server came back: %v, %d list_changed", got, s.changes.Load())
+	}
+	h.advance(time.Second) // up for a whole hold now
+	waitChanges(t, s, 2, "back after a hold up")
+	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) {
+		t.Fatalf("not back: %v", got)
+	}
+}
+
+// silence lets server id miss three heartbeats and runs the monitor: it is unhealthy, committed.
+func (h *harness) silence(id string) {
+	h.t.Helper()
+	h.advance(3 * h.cfg.HeartbeatInterval)
+	h.runMonitor()
+	waitFor(h.t, "unhealthy", 5*time.Second, func() bool { return h.status(id) == "unhealthy" })
+}
+
+// heartbeatOK heartbeats server id with the admin key: it is healthy again.
+func (h *harness) heartbeatOK(id string) {
+	h.t.Helper()
+	r := h.do("POST", "/v1/mcp/servers/heartbeat", h.adminKey(), map[string]string{"server_id": id})
+	if r.status != http.StatusOK {
+		h.t.Fatalf("heartbeat %s: %d %s", id, r.status, r.body)
+	}
+}
