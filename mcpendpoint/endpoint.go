@@ -80,7 +80,7 @@ const (
 	DefaultPollInterval      = 250 * time.Millisecond
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultMaxSessionsPerKey = 32
-	DefaultMaxStreamsPerKey  = 16
+	DefaultMaxStreamsPerKey  = 64
 	DefaultSessionIdle       = 30 * time.Minute
 )
 
@@ -105,7 +105,7 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxSessionsPerKey bounds the open sessions of one key; default 32.
 	MaxSessionsPerKey int
-	// MaxStreamsPerKey bounds one key's requests in flight (each an open response stream); default 16.
+	// MaxStreamsPerKey bounds one key's requests in flight (each an open response stream); default 64.
 	MaxStreamsPerKey int
 	// SessionIdle closes a session that sent nothing for this long; default 30 min.
 	SessionIdle time.Duration

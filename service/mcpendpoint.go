@@ -18,7 +18,7 @@ type MCPConfig struct {
 	ListHold     time.Duration    // MCPFLEET_MCP_LIST_HOLD: default one monitor period
 	AllowedHosts []string         // MCPFLEET_MCP_ALLOWED_HOSTS: host names besides loopback that Host and Origin may name
 	// MaxSessionsPerKey and MaxStreamsPerKey are MCPFLEET_MCP_SESSIONS_PER_KEY (default 32) and
-	// MCPFLEET_MCP_STREAMS_PER_KEY (default 16).
+	// MCPFLEET_MCP_STREAMS_PER_KEY (default 64).
 	MaxSessionsPerKey, MaxStreamsPerKey int
 	PollInterval                        time.Duration // tests: how often tenants' tools are read (default 250 ms)
 }

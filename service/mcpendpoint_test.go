@@ -324,3 +324,55 @@ func waitChanges(t testing.TB, s *mcpSession, n int64, what string) {
 	t.Helper()
 	waitFor(t, what+": list_changed", time.Second, func() bool { return s.changes.Load() >= n })
 }
+
+// TestMCPEndpointSessionLimit: a key may hold MCPFLEET_MCP_SESSIONS_PER_KEY sessions; the next is refused
+// with a JSON-RPC error (429, too_many_sessions) until one closes, and another key is not affected.
+func TestMCPEndpointSessionLimit(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""), func(c *service.Config, _ *service.Options) { c.MCP.MaxSessionsPerKey = 2 })
+	first := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	h.mustConnectMCP(h.adminKey(), legacyMCP)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	status, hdr, m := h.rawMCP(h.adminKey(), init)
+	e, _ := m["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if status != http.StatusTooManyRequests || data["type"] != "too_many_sessions" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("third session: %d %v", status, m)
+	}
+	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mustConnectMCP(k2.APIKey, legacyMCP)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a session slot after closing one", 5*time.Second, func() bool {
+		s, err := h.connectMCP(h.adminKey(), legacyMCP)
+		if err == nil {
+			_ = s.Close()
+		}
+		return err == nil
+	})
+}
+
+// TestMCPEndpointStreamLimit: a key may have MCPFLEET_MCP_STREAMS_PER_KEY requests in flight; with one,
+// a 2026-07-28 client's open subscriptions/listen takes it and the key's next request is refused (429,
+// too_many_streams), while another key is served.
+func TestMCPEndpointStreamLimit(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""), func(c *service.Config, _ *service.Options) { c.MCP.MaxStreamsPerKey = 1 })
+	h.mustConnectMCP(h.adminKey(), modernMCP) // keeps subscriptions/listen open
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	waitFor(t, "the key's next request refused", 5*time.Second, func() bool {
+		status, _, m := h.rawMCP(h.adminKey(), ping, "Mcp-Protocol-Version", modernMCP)
+		e, _ := m["error"].(map[string]any)
+		data, _ := e["data"].(map[string]any)
+		return status == http.StatusTooManyRequests && data["type"] == "too_many_streams"
+	})
+	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, m := h.rawMCP(k2.APIKey, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`); status != http.StatusOK {
+		t.Fatalf("another key: %d %v", status, m)
+	}
+}
