@@ -105,8 +105,9 @@ func (a *serverActor) startTransitionSpan(t *lifecycle.Transition, links []trace
 }
 
 // startFlush starts the writer.flush span of one group commit: a root, linked to the (sampled)
-// requests it carries. If any is sampled, the returned context routes each command's statements into
-// the trace of the request that sent it (telemetry.WithBatchRoutes), under a writer.apply span.
+// requests it carries. If any is sampled, the returned context names the request of each command
+// (persistence.WithParents), so that the store traces the command's statements in that request's trace,
+// under a writer.apply span.
 func (t tel) startFlush(ctx context.Context, batch []queuedWrite) (context.Context, trace.Span, []persistence.Command) {
 	var links telemetry.BatchLinks
 	var cmds []persistence.Command
@@ -125,13 +126,13 @@ func (t tel) startFlush(ctx context.Context, batch []queuedWrite) (context.Conte
 			attribute.Int("mcpfleet.batch.links_dropped", links.Dropped))
 	}
 	if len(links.Links) > 0 {
-		parents := make([]telemetry.Carrier, 0, n)
+		parents := make([]trace.SpanContext, 0, n)
 		for _, q := range batch {
 			for range q.req.cmds {
-				parents = append(parents, q.req.trace)
+				parents = append(parents, q.req.trace.SpanContext)
 			}
 		}
-		ctx = telemetry.WithBatchRoutes(ctx, parents)
+		ctx = persistence.WithParents(ctx, parents)
 	}
 	return ctx, span, cmds
 }

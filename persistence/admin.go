@@ -65,16 +65,13 @@ func (a *Admin) CreateAPIKey(ctx context.Context, tenantID uuid.UUID, role Role)
 		return CreatedKey{}, err
 	}
 	out := CreatedKey{KeyID: uuid.New(), APIKey: key, Role: role}
-	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+	err = inTenantTx(ctx, a.pool, pgx.TxOptions{}, tenantID, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenants WHERE tenant_id = $1)`, tenantID).Scan(&exists); err != nil {
 			return err
 		}
 		if !exists {
 			return ErrNotFound
-		}
-		if err := SetTenant(ctx, tx, tenantID); err != nil {
-			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO api_keys (key_id, tenant_id, role, key_hash) VALUES ($1, $2, $3, $4)`, out.KeyID, tenantID, string(role), hash)
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/mcpfleet/mcpfleet/health"
 )
@@ -29,13 +30,14 @@ type Command interface {
 
 // Commit applies cmds in one transaction and commits. If the group fails, each command is retried in a
 // transaction of its own, so one bad command cannot fail the others. errs[i] is the outcome of cmds[i]:
-// nil only after its COMMIT succeeded.
+// nil only after its COMMIT succeeded. A command without a tenant fails closed. With a context from
+// WithParents, each command is traced under its own writer.apply span.
 func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	errs = make([]error, len(cmds))
 	if len(cmds) == 0 {
 		return errs
 	}
-	groupErr := s.commitGroup(ctx, cmds)
+	groupErr := s.commitGroup(ctx, 0, cmds)
 	if groupErr == nil {
 		return errs
 	}
@@ -48,40 +50,31 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 		return errs
 	}
 	for i, c := range cmds {
-		errs[i] = s.commitGroup(ctx, []Command{c})
+		errs[i] = s.commitGroup(ctx, i, []Command{c})
 	}
 	return errs
 }
 
-func (s *Store) commitGroup(ctx context.Context, cmds []Command) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	b := &pgx.Batch{}
-	for _, c := range cmds {
-		b.Queue("SELECT set_config('auth.tenant_id', $1, true)", c.Tenant().String())
-		c.Queue(b)
-	}
-	br := tx.SendBatch(ctx, b)
-	for _, c := range cmds {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return fmt.Errorf("set tenant: %w", err)
-		}
-		if err := c.Read(br); err != nil {
-			br.Close()
-			return err
+// commitGroup applies cmds, the commands of ctx's Commit from index first on, in one transaction.
+func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) error {
+	spans := s.startApply(ctx, first, cmds)
+	steps := make([]tenantStep, len(cmds))
+	for i, c := range cmds {
+		steps[i] = tenantStep{tenant: c.Tenant(), queue: c.Queue, read: c.Read}
+		if spans != nil {
+			steps[i].span = spans[i]
 		}
 	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("batch: %w", err)
+	err := inTenantBatch(ctx, s.pool, steps)
+	for _, span := range spans {
+		if span != nil {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return err
 }
 
 // AuditKind names one of the five audit kinds of DEC-2354.

@@ -192,18 +192,7 @@ func (s *Store) FleetSnapshot(ctx context.Context, tenantID uuid.UUID, f ServerF
 // inTenantSnapshot is InTenant in a read-only repeatable-read transaction: every statement of fn sees
 // the same snapshot.
 func (s *Store) inTenantSnapshot(ctx context.Context, tenantID uuid.UUID, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
-	if err := SetTenant(ctx, tx, tenantID); err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return inTenantTx(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, tenantID, fn)
 }
 
 // Fleet event kinds beyond the audit kinds: a catalogue import (succeeded or failed).

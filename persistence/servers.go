@@ -161,28 +161,24 @@ func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
 	for _, st := range stamps {
 		byTenant[st.TenantID] = append(byTenant[st.TenantID], st)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("stamp heartbeats: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	steps := make([]tenantStep, 0, len(byTenant))
 	for tenant, sts := range byTenant {
-		if err := SetTenant(ctx, tx, tenant); err != nil {
-			return fmt.Errorf("stamp heartbeats: %w", err)
-		}
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
 		for i, st := range sts {
 			ids[i], ats[i] = st.ServerID, st.At
 		}
-		if _, err := tx.Exec(ctx, `UPDATE mcp_servers m SET last_heartbeat_at = v.at
-			FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, at)
-			WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at`, ids, ats); err != nil {
-			return fmt.Errorf("stamp heartbeats: %w", err)
-		}
+		steps = append(steps, tenantStep{tenant: tenant,
+			queue: func(b *pgx.Batch) {
+				b.Queue(`UPDATE mcp_servers m SET last_heartbeat_at = v.at
+					FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, at)
+					WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at`, ids, ats)
+			},
+			read: func(br pgx.BatchResults) error { _, err := br.Exec(); return err },
+		})
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("stamp heartbeats: commit: %w", err)
+	if err := inTenantBatch(ctx, s.pool, steps); err != nil {
+		return fmt.Errorf("stamp heartbeats: %w", err)
 	}
 	return nil
 }

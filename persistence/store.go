@@ -1,6 +1,7 @@
 // Package persistence is mcpfleet's PostgreSQL storage, on pgx/v5.
 //
-// Every unit of work runs in a transaction that first calls set_config('auth.tenant_id', $1, true), so
+// Every unit of work runs in a transaction that first calls set_config('auth.tenant_id', $1, true)
+// (inTenantTx for one tenant, inTenantBatch for several; a nil tenant is refused before anything is sent), so
 // the row-level security policies of the migrations apply to each statement and the setting ends with
 // the transaction (never a session-level SET on a pooled connection). A transaction that forgets the
 // setting fails closed: the policies cast an empty setting to uuid and the statement errors.
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Sentinel errors returned by the store.
@@ -35,6 +37,8 @@ var (
 type Options struct {
 	MaxConns int32           // default 8
 	Tracer   pgx.QueryTracer // optional, e.g. an OpenTelemetry tracer
+	// Spans, if set, starts the writer.apply span of each command Commit applies (see WithParents).
+	Spans trace.Tracer
 	// AppName prefixes the application_name reported to the server; each Store adds "#<random>" so
 	// that WaitForPredecessors can tell its own sessions from an earlier process's.
 	AppName string
@@ -43,7 +47,8 @@ type Options struct {
 // Store is the runtime store. It is safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
-	appName string // the full application_name of this store's sessions; "" when none was asked for
+	appName string       // the full application_name of this store's sessions; "" when none was asked for
+	spans   trace.Tracer // nil: Commit starts no spans
 }
 
 // Open connects a pool to databaseURL. It does not check the role; see CheckRuntimeRole.
@@ -71,13 +76,13 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if opt.Tracer != nil {
-		cfg.ConnConfig.Tracer = opt.Tracer
+		cfg.ConnConfig.Tracer = routeBatches(opt.Tracer)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{pool: pool, appName: appName}, nil
+	return &Store{pool: pool, appName: appName, spans: opt.Spans}, nil
 }
 
 // redactParseError keeps a URL parse error from echoing a password.
@@ -133,7 +138,30 @@ func (s *Store) Ping(ctx context.Context) error {
 // InTenant runs fn in a transaction scoped to tenantID by row-level security, and commits if fn
 // returns nil. fn must not retain tx.
 func (s *Store) InTenant(ctx context.Context, tenantID uuid.UUID, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	return inTenantTx(ctx, s.pool, pgx.TxOptions{}, tenantID, fn)
+}
+
+// beginner opens transactions: a pool (the runtime store's or the admin's).
+type beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// ErrNoTenant refuses a tenant transaction (or a command) without a tenant, before anything is sent. It
+// is permanent: IsTransient reports false.
+var ErrNoTenant = errors.New("set tenant: nil tenant id")
+
+// setTenantSQL scopes the rest of a transaction to the tenant in $1. Only SetTenant (which inTenantTx
+// calls) and inTenantBatch send it.
+const setTenantSQL = "SELECT set_config('auth.tenant_id', $1, true)"
+
+// inTenantTx opens every single-tenant transaction of this package: it begins a transaction on db with
+// opts, scopes it to tenantID, runs fn and commits if fn returns nil. A nil tenantID fails closed with
+// ErrNoTenant before a transaction is opened.
+func inTenantTx(ctx context.Context, db beginner, opts pgx.TxOptions, tenantID uuid.UUID, fn func(pgx.Tx) error) error {
+	if tenantID == uuid.Nil {
+		return ErrNoTenant
+	}
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -150,13 +178,78 @@ func (s *Store) InTenant(ctx context.Context, tenantID uuid.UUID, fn func(pgx.Tx
 	return nil
 }
 
-// SetTenant scopes the rest of transaction tx to tenantID. It may be called again inside the same
-// transaction to switch tenants, which is how one group commit carries several tenants' writes.
+// A tenantStep is one tenant's part of a multi-tenant transaction (inTenantBatch): the statements
+// queue appends run scoped to tenant, and read consumes their results in order. If span is not nil, the
+// step's statements (its set_config first) are traced under it (see routeBatches).
+type tenantStep struct {
+	tenant uuid.UUID
+	queue  func(b *pgx.Batch)
+	read   func(br pgx.BatchResults) error
+	span   trace.Span
+}
+
+// inTenantBatch opens every multi-tenant transaction of this package: it sends all steps in one
+// transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
+// reads the results back in order and commits. A step without a tenant fails the whole transaction
+// closed with ErrNoTenant before it is opened.
+func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	for _, st := range steps {
+		if st.tenant == uuid.Nil {
+			return ErrNoTenant
+		}
+	}
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	b := &pgx.Batch{}
+	var spans []trace.Span // spans[i] traces the batch's i-th statement; nil when no step has a span
+	for _, st := range steps {
+		from := b.Len()
+		b.Queue(setTenantSQL, st.tenant.String())
+		st.queue(b)
+		if st.span != nil && spans == nil {
+			spans = make([]trace.Span, from, b.Len())
+		}
+		for spans != nil && len(spans) < b.Len() {
+			spans = append(spans, st.span)
+		}
+	}
+	if spans != nil {
+		ctx = withStatementSpans(ctx, spans)
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, st := range steps {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("set tenant: %w", err)
+		}
+		if err := st.read(br); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// SetTenant scopes the rest of transaction tx to tenantID; a nil tenantID fails closed. The store's
+// own transactions are opened scoped by inTenantTx and inTenantBatch; SetTenant is for tests and tools
+// that open a transaction on a pool of their own.
 func SetTenant(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID) error {
 	if tenantID == uuid.Nil {
-		return errors.New("set tenant: nil tenant id")
+		return ErrNoTenant
 	}
-	if _, err := tx.Exec(ctx, "SELECT set_config('auth.tenant_id', $1, true)", tenantID.String()); err != nil {
+	if _, err := tx.Exec(ctx, setTenantSQL, tenantID.String()); err != nil {
 		return fmt.Errorf("set tenant: %w", err)
 	}
 	return nil
@@ -309,6 +402,9 @@ func IsTransient(err error) bool {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
+	}
+	if errors.Is(err, ErrNoTenant) {
+		return false
 	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {

@@ -81,7 +81,8 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := s.startMetrics(); err != nil {
 		return nil, err
 	}
-	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Tracer: s.pgxTracer(opt)})
+	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Tracer: s.pgxTracer(opt),
+		Spans: s.tracing.Tracer})
 	if err != nil {
 		return nil, err
 	}

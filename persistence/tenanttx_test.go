@@ -1,0 +1,169 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
+)
+
+// TestCommitWithoutTenantFailsClosed: a command without a tenant fails alone with ErrNoTenant and
+// writes nothing; the other commands of its group commit; InTenant and StampHeartbeats refuse a nil
+// tenant before running anything.
+func TestCommitWithoutTenantFailsClosed(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	good := &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant, ModuleName: "good",
+		Version: "1.0.0", Protocols: []string{"mcp/2025-06-18"}, At: at}
+	orphan := &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), ModuleName: "orphan",
+		Version: "1.0.0", Protocols: []string{"mcp/2025-06-18"}, At: at}
+	errs := d.store.Commit(ctx, []persistence.Command{good, orphan})
+	if errs[0] != nil {
+		t.Errorf("the command with a tenant failed: %v", errs[0])
+	}
+	if !errors.Is(errs[1], persistence.ErrNoTenant) {
+		t.Errorf("the command without a tenant: err = %v, want ErrNoTenant", errs[1])
+	}
+	var n int
+	if err := d.owner.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE module_name = 'orphan'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the command without a tenant wrote %d rows (err %v)", n, err)
+	}
+	if err := d.owner.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE module_name = 'good'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("the command with a tenant wrote %d rows (err %v)", n, err)
+	}
+	err := d.store.InTenant(ctx, uuid.Nil, func(pgx.Tx) error {
+		t.Error("InTenant ran fn without a tenant")
+		return nil
+	})
+	if !errors.Is(err, persistence.ErrNoTenant) {
+		t.Errorf("InTenant(nil): err = %v, want ErrNoTenant", err)
+	}
+	err = d.store.StampHeartbeats(ctx, []persistence.Stamp{{TenantID: d.tenant, ServerID: good.ServerID, At: at.Add(time.Second)},
+		{ServerID: good.ServerID, At: at.Add(time.Second)}})
+	if !errors.Is(err, persistence.ErrNoTenant) {
+		t.Errorf("StampHeartbeats with a stamp without a tenant: err = %v, want ErrNoTenant", err)
+	}
+}
+
+// stmtTracer is a pgx tracer that records, for each statement of a batch, the span of the context
+// pgx reported it in.
+type stmtTracer struct {
+	mu    sync.Mutex
+	stmts []tracedStmt
+}
+
+type tracedStmt struct {
+	sql  string
+	span trace.SpanID
+}
+
+func (*stmtTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (*stmtTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (*stmtTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (s *stmtTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stmts = append(s.stmts, tracedStmt{sql: data.SQL, span: trace.SpanContextFromContext(ctx).SpanID()})
+}
+func (*stmtTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestCommitTracesEachCommandUnderItsParent: with WithParents, Commit starts a writer.apply span per
+// command with a sampled parent — a child of that parent, linked to the flush — and the pgx tracer
+// sees each statement of the command (its set_config first) in that span's context; a command with an
+// unsampled parent gets no span and its statements stay under the flush.
+func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	pgxTracer := &stmtTracer{}
+	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{Tracer: pgxTracer, Spans: tp.Tracer("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	tenantA, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantB, err := admin.CreateTenant(ctx, "globex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(tenant uuid.UUID, module string) *persistence.RegisterCmd {
+		return &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: tenant, ModuleName: module,
+			Version: "1.0.0", Protocols: []string{"mcp/2025-06-18"}, At: time.Now()}
+	}
+	parent := func(sampled bool) trace.SpanContext {
+		id := uuid.New()
+		cfg := trace.SpanContextConfig{TraceID: trace.TraceID(uuid.New()), SpanID: trace.SpanID(id[:8])}
+		if sampled {
+			cfg.TraceFlags = trace.FlagsSampled
+		}
+		return trace.NewSpanContext(cfg)
+	}
+	pa, pb, pc := parent(true), parent(true), parent(false)
+	flushCtx, flush := tp.Tracer("test").Start(ctx, "writer.flush")
+	cmds := []persistence.Command{register(tenantA, "a"), register(tenantB, "b"), register(tenantA, "c")}
+	errs := store.Commit(persistence.WithParents(flushCtx, []trace.SpanContext{pa, pb, pc}), cmds)
+	flush.End()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	applies := map[trace.TraceID]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		if s.Name() == "writer.apply" {
+			applies[s.Parent().TraceID()] = s
+		}
+	}
+	if len(applies) != 2 {
+		t.Fatalf("%d writer.apply spans, want 2 (the unsampled parent gets none)", len(applies))
+	}
+	var owner []trace.SpanID // owner[k] is the span command k's statements must be reported under
+	for _, p := range []trace.SpanContext{pa, pb} {
+		s, ok := applies[p.TraceID()]
+		if !ok || s.Parent().SpanID() != p.SpanID() {
+			t.Fatalf("no writer.apply child of %s", p.SpanID())
+		}
+		if len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID() != flush.SpanContext().SpanID() {
+			t.Errorf("writer.apply of %s links %v, want the flush", p.SpanID(), s.Links())
+		}
+		owner = append(owner, s.SpanContext().SpanID())
+	}
+	owner = append(owner, flush.SpanContext().SpanID())
+	k := -1
+	for _, st := range pgxTracer.stmts {
+		if strings.HasPrefix(st.sql, "SELECT set_config") {
+			k++
+		}
+		if k < 0 || k >= len(owner) || st.span != owner[k] {
+			t.Errorf("statement %.40q of command %d reported under span %s, want %v", st.sql, k, st.span, owner)
+		}
+	}
+	if k != 2 {
+		t.Errorf("saw %d commands' statements, want 3", k+1)
+	}
+}
