@@ -29,9 +29,15 @@ type dash struct {
 
 func newDash(t *testing.T) *dash {
 	t.Helper()
+	return newDashWith(t, persistence.Options{})
+}
+
+// newDashWith is newDash with the store opened with opt.
+func newDashWith(t *testing.T, opt persistence.Options) *dash {
+	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{})
+	store, err := persistence.Open(ctx, db.AppURL, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/persistence"
-	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 )
 
 // TestCommitWithoutTenantFailsClosed: a command without a tenant fails alone with ErrNoTenant and
@@ -88,29 +87,12 @@ func (*stmtTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDa
 // sees each statement of the command (its set_config first) in that span's context; a command with an
 // unsampled parent gets no span and its statements stay under the flush.
 func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
-	db := pgtest.New(t)
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	pgxTracer := &stmtTracer{}
-	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{Tracer: pgxTracer, Spans: tp.Tracer("test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	tenantA, err := admin.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenantB, err := admin.CreateTenant(ctx, "globex")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newDashWith(t, persistence.Options{Tracer: pgxTracer, Spans: tp.Tracer("test")})
+	store, tenantA, tenantB := d.store, d.tenant, d.newTenant("globex")
 	register := func(tenant uuid.UUID, module string) *persistence.RegisterCmd {
 		return &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: tenant, ModuleName: module,
 			Version: "1.0.0", Protocols: []string{"mcp/2025-06-18"}, At: time.Now()}
