@@ -20,13 +20,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
-// Config configures the actor system. Zero durations take the documented defaults.
+// Config configures the actor system. The service passes every value (see service.FromEnv); a zero
+// field, left by a test building a Config by hand, takes the default defined in package config.
 type Config struct {
 	HeartbeatInterval  time.Duration // H; default 10 s
 	MonitorInterval    time.Duration // monitor period; default 5 s
@@ -51,10 +53,10 @@ func (c *Config) defaults() {
 			*d = v
 		}
 	}
-	def(&c.HeartbeatInterval, 10*time.Second)
-	def(&c.MonitorInterval, 5*time.Second)
-	def(&c.StampFlushInterval, 500*time.Millisecond)
-	def(&c.WriteTimeout, 5*time.Second)
+	def(&c.HeartbeatInterval, config.DefaultHeartbeatInterval)
+	def(&c.MonitorInterval, config.DefaultMonitorInterval)
+	def(&c.StampFlushInterval, config.DefaultStampFlushInterval)
+	def(&c.WriteTimeout, config.DefaultWriteTimeout)
 	def(&c.AskTimeout, c.WriteTimeout+2*time.Second)
 	def(&c.ReconcileInterval, time.Minute)
 	def(&c.AlertInterval, 5*time.Second)
@@ -67,12 +69,9 @@ func (c *Config) defaults() {
 	if c.WriterMaxPending <= 0 {
 		c.WriterMaxPending = 10000
 	}
-	def(&c.Flap.Window, 15*time.Minute)
-	if c.Flap.Threshold <= 0 {
-		c.Flap.Threshold = 4
-	}
+	c.Flap = c.Flap.WithDefaults()
 	if c.MassSilence.Min <= 0 {
-		c.MassSilence.Min = 10
+		c.MassSilence.Min = config.DefaultMassSilenceMin
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/config"
 )
 
 // Stall is the monitor's stall clock: the total time the monitor itself was stalled (GC, CPU
@@ -72,13 +74,14 @@ type MassSilence struct {
 	episode map[uuid.UUID]bool // a hold was announced for the current episode
 }
 
-// NewMassSilence returns the guard, or nil if cfg turns it off (Fraction ≤ 0). A zero Min is 10.
+// NewMassSilence returns the guard, or nil if cfg turns it off (Fraction ≤ 0). A zero Min is
+// config.DefaultMassSilenceMin.
 func NewMassSilence(cfg MassSilenceConfig) *MassSilence {
 	if cfg.Fraction <= 0 {
 		return nil
 	}
 	if cfg.Min <= 0 {
-		cfg.Min = 10
+		cfg.Min = config.DefaultMassSilenceMin
 	}
 	return &MassSilence{cfg: cfg, used: map[uuid.UUID]int{}, refused: map[uuid.UUID]int{},
 		held: map[uuid.UUID]int{}, episode: map[uuid.UUID]bool{}}

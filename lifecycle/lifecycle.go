@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 )
 
@@ -56,13 +57,13 @@ type FlapConfig struct {
 	Threshold int           // transitions within the window that make a server flapping; default 4
 }
 
-// WithDefaults returns c with zero fields set to the defaults (15 min, 4).
+// WithDefaults returns c with zero fields set to config.DefaultFlapWindow and config.DefaultFlapThreshold.
 func (c FlapConfig) WithDefaults() FlapConfig {
 	if c.Window <= 0 {
-		c.Window = 15 * time.Minute
+		c.Window = config.DefaultFlapWindow
 	}
 	if c.Threshold <= 0 {
-		c.Threshold = 4
+		c.Threshold = config.DefaultFlapThreshold
 	}
 	return c
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -163,10 +164,10 @@ func New(cfg Config, deps Deps) *Service {
 		cfg.MaxResponseBytes = mcpclient.DefaultMaxResponseBytes
 	}
 	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = 10 * time.Second
+		cfg.ProbeInterval = config.DefaultHeartbeatInterval
 	}
 	if cfg.ProbeConcurrency <= 0 {
-		cfg.ProbeConcurrency = 32
+		cfg.ProbeConcurrency = config.DefaultProbeConcurrency
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()

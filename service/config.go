@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/secrets"
 )
 
@@ -65,102 +63,53 @@ type Config struct {
 	TraceSampler, TraceSamplerArg string
 }
 
-// DefaultMetricsAddr is where every metric is served unless MCPFLEET_METRICS_ADDR says otherwise:
-// loopback, the port commonly used for OpenTelemetry's Prometheus exporter.
-const DefaultMetricsAddr = "127.0.0.1:9464"
+// DefaultMetricsAddr is where every metric is served unless MCPFLEET_METRICS_ADDR says otherwise.
+const DefaultMetricsAddr = config.DefaultMetricsAddr
 
-// FromEnv reads the configuration from getenv, applies defaults and validates it.
+// FromEnv reads the configuration from getenv through one typed reader (config.Env): a variable that
+// is unset or blank takes its default (defined once, in package config or the owning package), any
+// other value must parse whole as its type and range, and every variable that does not is named in
+// the error, with what it expected. Cross-field rules are Validate's.
 func FromEnv(getenv func(string) string) (Config, error) {
+	e := config.New(getenv)
 	c := Config{
-		DatabaseURL:        getenv("MCPFLEET_DATABASE_URL"),
-		AdminDatabaseURL:   getenv("MCPFLEET_ADMIN_DATABASE_URL"),
-		HTTPAddr:           or(getenv("MCPFLEET_HTTP_ADDR"), "127.0.0.1:8080"),
-		AlertWebhookURL:    getenv("MCPFLEET_ALERT_WEBHOOK_URL"),
-		AlertWebhookSecret: getenv("MCPFLEET_ALERT_WEBHOOK_SECRET"),
-		TraceExport:        getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "",
-		DBMaxConns:         8,
+		DatabaseURL:         e.String("MCPFLEET_DATABASE_URL", ""),
+		AdminDatabaseURL:    e.String("MCPFLEET_ADMIN_DATABASE_URL", ""),
+		HTTPAddr:            e.Addr("MCPFLEET_HTTP_ADDR", config.DefaultHTTPAddr),
+		HeartbeatInterval:   e.Duration("MCPFLEET_HEARTBEAT_INTERVAL", config.DefaultHeartbeatInterval),
+		MonitorInterval:     e.Duration("MCPFLEET_MONITOR_INTERVAL", config.DefaultMonitorInterval),
+		StampFlushInterval:  e.Duration("MCPFLEET_STAMP_FLUSH_INTERVAL", config.DefaultStampFlushInterval),
+		WriteTimeout:        e.Duration("MCPFLEET_WRITE_TIMEOUT", config.DefaultWriteTimeout),
+		AlertWebhookURL:     e.URL("MCPFLEET_ALERT_WEBHOOK_URL"),
+		AlertWebhookSecret:  e.String("MCPFLEET_ALERT_WEBHOOK_SECRET", ""),
+		TraceExport:         e.String("OTEL_EXPORTER_OTLP_ENDPOINT", "") != "" || e.String("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "") != "",
+		DBMaxConns:          int32(e.Int("MCPFLEET_DB_MAX_CONNS", config.DefaultDBMaxConns, 1, 1000)),
+		PprofAddr:           e.Addr("MCPFLEET_PPROF_ADDR", ""),
+		FlapWindow:          e.Duration("MCPFLEET_FLAP_WINDOW", config.DefaultFlapWindow),
+		FlapThreshold:       e.Int("MCPFLEET_FLAP_THRESHOLD", config.DefaultFlapThreshold, 2, 1000),
+		MassSilenceFraction: e.Fraction("MCPFLEET_MASS_SILENCE_FRACTION", 0),
+		MassSilenceMin:      e.Int("MCPFLEET_MASS_SILENCE_MIN", config.DefaultMassSilenceMin, 1, 1e9),
+		UISecureCookies:     e.Bool("MCPFLEET_UI_SECURE_COOKIES", false),
+		EndpointAllowlist:   splitList(e.String("MCPFLEET_ENDPOINT_ALLOWLIST", "")),
+		MCPTimeout:          e.Duration("MCPFLEET_MCP_TIMEOUT", mcpclient.DefaultTimeout),
+		ProbeConcurrency:    e.Int("MCPFLEET_PROBE_CONCURRENCY", config.DefaultProbeConcurrency, 1, 10000),
+		TraceSampler:        e.String("OTEL_TRACES_SAMPLER", ""),
+		TraceSamplerArg:     e.String("OTEL_TRACES_SAMPLER_ARG", ""),
 	}
-	c.TraceSampler, c.TraceSamplerArg = getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG")
-	var errs []error
-	dur := func(name string, def time.Duration, dst *time.Duration) {
-		v := getenv(name)
-		if v == "" {
-			*dst = def
-			return
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not a duration (like 10s or 500ms)", name, v))
-			return
-		}
-		*dst = d
+	if v := e.String("MCPFLEET_METRICS_ADDR", ""); v == "off" {
+		c.MetricsAddr = ""
+	} else {
+		c.MetricsAddr = e.Addr("MCPFLEET_METRICS_ADDR", config.DefaultMetricsAddr)
 	}
-	dur("MCPFLEET_HEARTBEAT_INTERVAL", 10*time.Second, &c.HeartbeatInterval)
-	dur("MCPFLEET_MONITOR_INTERVAL", 5*time.Second, &c.MonitorInterval)
-	dur("MCPFLEET_STAMP_FLUSH_INTERVAL", 500*time.Millisecond, &c.StampFlushInterval)
-	dur("MCPFLEET_WRITE_TIMEOUT", 5*time.Second, &c.WriteTimeout)
-	dur("MCPFLEET_FLAP_WINDOW", 15*time.Minute, &c.FlapWindow)
-	c.PprofAddr = getenv("MCPFLEET_PPROF_ADDR")
-	switch v := strings.TrimSpace(getenv("MCPFLEET_METRICS_ADDR")); v {
-	case "":
-		c.MetricsAddr = DefaultMetricsAddr
-	case "off":
-	default:
-		c.MetricsAddr = v
-	}
-	num := func(name string, def, lo, hi float64, dst *float64) {
-		*dst = def
-		if v := getenv(name); v != "" {
-			if _, err := fmt.Sscan(v, dst); err != nil || *dst < lo || *dst > hi {
-				errs = append(errs, fmt.Errorf("%s=%q: want a number from %g to %g", name, v, lo, hi))
-			}
-		}
-	}
-	var flapThreshold, msMin float64
-	num("MCPFLEET_FLAP_THRESHOLD", 4, 2, 1000, &flapThreshold)
-	num("MCPFLEET_MASS_SILENCE_FRACTION", 0, 0, 1, &c.MassSilenceFraction)
-	num("MCPFLEET_MASS_SILENCE_MIN", 10, 1, 1e9, &msMin)
-	c.FlapThreshold, c.MassSilenceMin = int(flapThreshold), int(msMin)
-	if v := getenv("MCPFLEET_LOG_LEVEL"); v != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
-			errs = append(errs, fmt.Errorf("MCPFLEET_LOG_LEVEL=%q: want debug, info, warn or error", v))
-		}
-	}
-	if v := getenv("MCPFLEET_UI_SECURE_COOKIES"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MCPFLEET_UI_SECURE_COOKIES=%q: want true or false", v))
-		}
-		c.UISecureCookies = b
-	}
-	if v := getenv("MCPFLEET_DB_MAX_CONNS"); v != "" {
-		var n int32
-		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > 1000 {
-			errs = append(errs, fmt.Errorf("MCPFLEET_DB_MAX_CONNS=%q: want a number from 1 to 1000", v))
-		}
-		c.DBMaxConns = n
-	}
-	dur("MCPFLEET_MCP_TIMEOUT", 15*time.Second, &c.MCPTimeout)
-	c.EndpointAllowlist = splitList(getenv("MCPFLEET_ENDPOINT_ALLOWLIST"))
-	if v := getenv("MCPFLEET_SECRET_KEY"); v != "" {
-		k, err := secrets.ParseKey(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MCPFLEET_SECRET_KEY: %w", err))
-		}
-		c.SecretKey = k
-	}
-	if v := getenv("MCPFLEET_PROBE_CONCURRENCY"); v != "" {
-		if _, err := fmt.Sscan(v, &c.ProbeConcurrency); err != nil || c.ProbeConcurrency < 1 || c.ProbeConcurrency > 10000 {
-			errs = append(errs, fmt.Errorf("MCPFLEET_PROBE_CONCURRENCY=%q: want a number from 1 to 10000", v))
-		}
-	}
-	errs = append(errs, c.gatewayFromEnv(getenv)...)
-	errs = append(errs, c.apiLimitsFromEnv(getenv)...)
-	errs = append(errs, c.mcpFromEnv(getenv)...)
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
-	return c, nil
+	e.Parse("MCPFLEET_LOG_LEVEL", "debug, info, warn or error", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) })
+	e.Secret("MCPFLEET_SECRET_KEY", func(v string) (err error) {
+		c.SecretKey, err = secrets.ParseKey(v)
+		return err
+	})
+	c.gatewayFromEnv(e)
+	c.apiLimitsFromEnv(e)
+	c.mcpFromEnv(e)
+	return c, e.Err()
 }
 
 // Validate checks the settings serve needs.
@@ -169,10 +118,10 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("MCPFLEET_DATABASE_URL is not set: give the runtime connection, as the app role (e.g. postgres://cyberos_app@127.0.0.1:5432/mcpfleet)"))
 	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+	if err := config.CheckAddr(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("MCPFLEET_HTTP_ADDR=%q is not host:port", c.HTTPAddr))
 	}
-	if _, _, err := net.SplitHostPort(c.MetricsAddr); c.MetricsAddr != "" && err != nil {
+	if c.MetricsAddr != "" && config.CheckAddr(c.MetricsAddr) != nil {
 		errs = append(errs, fmt.Errorf("MCPFLEET_METRICS_ADDR=%q is not host:port (or off)", c.MetricsAddr))
 	}
 	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > time.Hour {
@@ -188,8 +137,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("MCPFLEET_WRITE_TIMEOUT=%s: want 100ms to 1m", c.WriteTimeout))
 	}
 	if c.AlertWebhookURL != "" {
-		u, err := url.Parse(c.AlertWebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if config.CheckHTTPURL(c.AlertWebhookURL) != nil {
 			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_URL must be an http or https URL"))
 		} else if c.AlertWebhookSecret == "" {
 			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_SECRET is required with MCPFLEET_ALERT_WEBHOOK_URL: alerts are signed"))
@@ -201,33 +149,13 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func or(v, def string) string {
-	if strings.TrimSpace(v) == "" {
-		return def
-	}
-	return v
-}
-
 // apiLimitsFromEnv reads the API's limits into c, each with its default.
-func (c *Config) apiLimitsFromEnv(getenv func(string) string) []error {
-	var errs []error
-	num := func(name string, def, lo, hi float64) float64 {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		var n float64
-		if _, err := fmt.Sscan(v, &n); err != nil || n < lo || n > hi {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number from %g to %g", name, v, lo, hi))
-		}
-		return n
-	}
-	c.KeyCacheSize = int(num("MCPFLEET_KEY_CACHE_SIZE", httpapi.DefaultKeyCacheSize, 1000, 1e8))
-	c.AuthFailureBurst = int(num("MCPFLEET_AUTH_FAILURE_BURST", httpapi.DefaultFailureBurst, 1, 1e6))
-	c.AuthFailureRate = num("MCPFLEET_AUTH_FAILURE_RATE", httpapi.DefaultFailureRate, 0.001, 1e6)
-	c.AuthThrottledAddresses = int(num("MCPFLEET_AUTH_THROTTLED_ADDRESSES", httpapi.DefaultThrottledAddresses, 16, 1e8))
-	c.ListAdvertisementLimit = int(num("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", httpapi.DefaultListAdvertisementLimit, 1, 1000))
-	return errs
+func (c *Config) apiLimitsFromEnv(e *config.Env) {
+	c.KeyCacheSize = e.Int("MCPFLEET_KEY_CACHE_SIZE", httpapi.DefaultKeyCacheSize, 1000, 1e8)
+	c.AuthFailureBurst = e.Int("MCPFLEET_AUTH_FAILURE_BURST", httpapi.DefaultFailureBurst, 1, 1e6)
+	c.AuthFailureRate = e.Number("MCPFLEET_AUTH_FAILURE_RATE", httpapi.DefaultFailureRate, 0.001, 1e6)
+	c.AuthThrottledAddresses = e.Int("MCPFLEET_AUTH_THROTTLED_ADDRESSES", httpapi.DefaultThrottledAddresses, 16, 1e8)
+	c.ListAdvertisementLimit = e.Int("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", httpapi.DefaultListAdvertisementLimit, 1, 1000)
 }
 
 // apiConfig narrows c into the API's configuration.

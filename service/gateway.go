@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/gateway"
 	"github.com/mcpfleet/mcpfleet/health"
 )
@@ -30,27 +31,10 @@ func (s *Service) startGateway(ctx context.Context, cfg Config, opt Options, log
 func (s *Service) Gateway() *gateway.Gateway { return s.gateway }
 
 // gatewayFromEnv reads the gateway's settings into c.
-func (c *Config) gatewayFromEnv(getenv func(string) string) []error {
-	var errs []error
-	num := func(name string, def, lo, hi int, dst *int) {
-		*dst = def
-		if v := getenv(name); v != "" {
-			if _, err := fmt.Sscan(v, dst); err != nil || *dst < lo || *dst > hi {
-				errs = append(errs, fmt.Errorf("%s=%q: want a number from %d to %d", name, v, lo, hi))
-			}
-		}
-	}
-	num("MCPFLEET_MAX_CALLS_PER_RUN", gateway.DefaultMaxCallsPerRun, 1, gateway.MaxCallsPerRunLimit, &c.MaxCallsPerRun)
-	num("MCPFLEET_CALLS_PER_SERVER", gateway.DefaultCallsPerServer, 1, 1000, &c.CallsPerServer)
-	c.ApprovalWindow = gateway.DefaultApprovalWindow
-	if v := getenv("MCPFLEET_APPROVAL_WINDOW"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MCPFLEET_APPROVAL_WINDOW=%q is not a duration (like 15m)", v))
-		}
-		c.ApprovalWindow = d
-	}
-	return errs
+func (c *Config) gatewayFromEnv(e *config.Env) {
+	c.MaxCallsPerRun = e.Int("MCPFLEET_MAX_CALLS_PER_RUN", gateway.DefaultMaxCallsPerRun, 1, gateway.MaxCallsPerRunLimit)
+	c.CallsPerServer = e.Int("MCPFLEET_CALLS_PER_SERVER", gateway.DefaultCallsPerServer, 1, 1000)
+	c.ApprovalWindow = e.Duration("MCPFLEET_APPROVAL_WINDOW", gateway.DefaultApprovalWindow)
 }
 
 // validateGateway checks the gateway's settings (zero takes the default).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/mcpendpoint"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -23,28 +24,13 @@ type MCPConfig struct {
 	PollInterval                        time.Duration // tests: how often tenants' tools are read (default 250 ms)
 }
 
-// mcpFromEnv reads the MCP endpoint's settings into c.
-func (c *Config) mcpFromEnv(getenv func(string) string) []error {
-	var errs []error
-	c.MCP.Unavailable = mcpendpoint.Mode(or(getenv("MCPFLEET_MCP_UNAVAILABLE_TOOLS"), string(mcpendpoint.Keep)))
-	if v := getenv("MCPFLEET_MCP_LIST_HOLD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MCPFLEET_MCP_LIST_HOLD=%q is not a duration (like 5s)", v))
-		}
-		c.MCP.ListHold = d
-	}
-	c.MCP.AllowedHosts = splitList(getenv("MCPFLEET_MCP_ALLOWED_HOSTS"))
-	num := func(name string, dst *int) {
-		if v := getenv(name); v != "" {
-			if _, err := fmt.Sscan(v, dst); err != nil || *dst < 1 || *dst > 10000 {
-				errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to 10000", name, v))
-			}
-		}
-	}
-	num("MCPFLEET_MCP_SESSIONS_PER_KEY", &c.MCP.MaxSessionsPerKey)
-	num("MCPFLEET_MCP_STREAMS_PER_KEY", &c.MCP.MaxStreamsPerKey)
-	return errs
+// mcpFromEnv reads the MCP endpoint's settings into c (zero takes mcpendpoint's default).
+func (c *Config) mcpFromEnv(e *config.Env) {
+	c.MCP.Unavailable = mcpendpoint.Mode(e.String("MCPFLEET_MCP_UNAVAILABLE_TOOLS", string(mcpendpoint.Keep)))
+	c.MCP.ListHold = e.Duration("MCPFLEET_MCP_LIST_HOLD", 0)
+	c.MCP.AllowedHosts = splitList(e.String("MCPFLEET_MCP_ALLOWED_HOSTS", ""))
+	c.MCP.MaxSessionsPerKey = e.Int("MCPFLEET_MCP_SESSIONS_PER_KEY", 0, 1, 10000)
+	c.MCP.MaxStreamsPerKey = e.Int("MCPFLEET_MCP_STREAMS_PER_KEY", 0, 1, 10000)
 }
 
 // validateMCP checks the MCP endpoint's settings.

@@ -36,6 +36,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
@@ -180,13 +181,13 @@ func New(cfg Config, deps Deps) (*UI, error) {
 		cfg.PageSize = 50
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 10 * time.Second
+		cfg.HeartbeatInterval = config.DefaultHeartbeatInterval
 	}
 	if cfg.FlapWindow <= 0 {
-		cfg.FlapWindow = 15 * time.Minute
+		cfg.FlapWindow = config.DefaultFlapWindow
 	}
 	if cfg.FlapThreshold <= 0 {
-		cfg.FlapThreshold = 4
+		cfg.FlapThreshold = config.DefaultFlapThreshold
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()

@@ -16,7 +16,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
-// usageError is a mistake in the command line: exit code 2.
+// usageError is a mistake in the command line or the environment: exit code 2.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg, err := service.FromEnv(getenv)
 	if err != nil {
-		return err
+		return usageError{err.Error()} // a bad environment value is the caller's mistake: exit 2
 	}
 	switch args[0] {
 	case "serve":
@@ -103,6 +103,9 @@ func cmdServe(ctx context.Context, cfg service.Config, args []string, stderr io.
 	serveFlags(fs, &cfg)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
 	}
 	return service.Run(ctx, cfg, service.Options{LogOutput: stderr})
 }

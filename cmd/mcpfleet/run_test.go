@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// A bad environment value stops every command before it starts anything: exit code 2 and a plain
+// message naming the variable, with what it expected.
+func TestRunRefusesABadEnvironment(t *testing.T) {
+	for _, tt := range []struct{ name, value string }{
+		{"MCPFLEET_FLAP_THRESHOLD", "4.5"},
+		{"MCPFLEET_FLAP_THRESHOLD", "-4"},
+		{"MCPFLEET_HEARTBEAT_INTERVAL", "10"},
+		{"MCPFLEET_MASS_SILENCE_FRACTION", "2"},
+		{"MCPFLEET_HTTP_ADDR", "localhost"},
+	} {
+		env := map[string]string{"MCPFLEET_DATABASE_URL": "postgres://nobody@127.0.0.1:1/x", tt.name: tt.value}
+		err := run(context.Background(), []string{"serve"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tt.name+"=") || !strings.Contains(err.Error(), "want ") {
+			t.Errorf("%s=%s: %v (exit %d), want exit 2 naming the variable", tt.name, tt.value, err, exitCode(err))
+		}
+	}
+}
+
+// A configuration serve cannot run with (no database URL) is a usage mistake too: exit code 2.
+func TestServeRefusesAnInvalidConfig(t *testing.T) {
+	err := run(context.Background(), []string{"serve"}, func(string) string { return "" }, io.Discard, io.Discard)
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "MCPFLEET_DATABASE_URL") {
+		t.Errorf("%v (exit %d), want exit 2 naming MCPFLEET_DATABASE_URL", err, exitCode(err))
+	}
+}
