@@ -98,27 +98,22 @@ func (e *Env) Int(name string, def, lo, hi int) int {
 
 // Number returns name as a decimal number from lo to hi, or def when unset.
 func (e *Env) Number(name string, def, lo, hi float64) float64 {
+	return e.float(name, def, lo, hi, fmt.Sprintf("a number from %g to %g", lo, hi))
+}
+
+// Fraction returns name as a number from 0 to 1, or def when unset.
+func (e *Env) Fraction(name string, def float64) float64 {
+	return e.float(name, def, 0, 1, "a fraction from 0 to 1 (like 0.25)")
+}
+
+func (e *Env) float(name string, def, lo, hi float64, want string) float64 {
 	v, ok := e.lookup(name)
 	if !ok {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || !(f >= lo && f <= hi) { // NaN fails both comparisons
-		e.fail(name, v, fmt.Sprintf("a number from %g to %g", lo, hi))
-		return def
-	}
-	return f
-}
-
-// Fraction returns name as a number from 0 to 1, or def when unset.
-func (e *Env) Fraction(name string, def float64) float64 {
-	v, ok := e.lookup(name)
-	if !ok {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(f >= 0 && f <= 1) {
-		e.fail(name, v, "a fraction from 0 to 1 (like 0.25)")
+		e.fail(name, v, want)
 		return def
 	}
 	return f

@@ -10,33 +10,38 @@ import (
 // env is a getenv over a map: a missing key is unset.
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// check runs read against an environment holding X=v (or none when unset) and compares the value and
-// whether an error naming X was recorded.
-func check[T comparable](t *testing.T, kind, v string, unset bool, read func(*Env) T, want T, wantErr bool) {
+// row is one case: X set to v (or unset), the value read and whether an error is recorded.
+type row[T comparable] struct {
+	v       string
+	unset   bool
+	want    T
+	wantErr bool
+}
+
+// check runs read against an environment holding X as each row says and compares the value and
+// whether an error naming X and what it wants was recorded.
+func check[T comparable](t *testing.T, kind string, read func(*Env) T, rows []row[T]) {
 	t.Helper()
-	m := map[string]string{}
-	if !unset {
-		m["X"] = v
-	}
-	e := New(env(m))
-	got := read(e)
-	err := e.Err()
-	if got != want || (err != nil) != wantErr {
-		t.Errorf("%s X=%q (unset %v): %v, %v; want %v, error %v", kind, v, unset, got, err, want, wantErr)
-	}
-	if err != nil && (!strings.Contains(err.Error(), "X=") || !strings.Contains(err.Error(), "want ")) {
-		t.Errorf("%s X=%q: error %q does not name the variable and what it wants", kind, v, err)
+	for _, tt := range rows {
+		m := map[string]string{}
+		if !tt.unset {
+			m["X"] = tt.v
+		}
+		e := New(env(m))
+		got := read(e)
+		err := e.Err()
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("%s X=%q (unset %v): %v, %v; want %v, error %v", kind, tt.v, tt.unset, got, err, tt.want, tt.wantErr)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "X=") || !strings.Contains(err.Error(), "want ")) {
+			t.Errorf("%s X=%q: error %q does not name the variable and what it wants", kind, tt.v, err)
+		}
 	}
 }
 
 func TestConfigInt(t *testing.T) {
 	read := func(e *Env) int { return e.Int("X", 4, 2, 1000) }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    int
-		wantErr bool
-	}{
+	check(t, "Int", read, []row[int]{
 		{"", true, 4, false},  // unset: the default
 		{"", false, 4, false}, // empty: the default
 		{"  ", false, 4, false},
@@ -52,102 +57,58 @@ func TestConfigInt(t *testing.T) {
 		{"1001", false, 4, true},
 		{"4x", false, 4, true},
 		{"0x10", false, 4, true},
-	} {
-		check(t, "Int", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigNumber(t *testing.T) {
 	read := func(e *Env) float64 { return e.Number("X", 2, 0.001, 1e6) }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    float64
-		wantErr bool
-	}{
+	check(t, "Number", read, []row[float64]{
 		{"", true, 2, false}, {"", false, 2, false}, {"0.5", false, 0.5, false}, {"1e3", false, 1000, false},
 		{"0", false, 2, true}, {"-1", false, 2, true}, {"NaN", false, 2, true}, {"Inf", false, 2, true}, {"two", false, 2, true},
-	} {
-		check(t, "Number", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigFraction(t *testing.T) {
 	read := func(e *Env) float64 { return e.Fraction("X", 0) }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    float64
-		wantErr bool
-	}{
+	check(t, "Fraction", read, []row[float64]{
 		{"", true, 0, false}, {"", false, 0, false}, {"0", false, 0, false}, {"0.25", false, 0.25, false}, {"1", false, 1, false},
 		{"1.01", false, 0, true}, {"-0.1", false, 0, true}, {"NaN", false, 0, true}, {"25%", false, 0, true},
-	} {
-		check(t, "Fraction", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigDuration(t *testing.T) {
 	read := func(e *Env) time.Duration { return e.Duration("X", 10*time.Second) }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    time.Duration
-		wantErr bool
-	}{
+	check(t, "Duration", read, []row[time.Duration]{
 		{"", true, 10 * time.Second, false}, {"", false, 10 * time.Second, false},
 		{"500ms", false, 500 * time.Millisecond, false}, {"1h2m", false, time.Hour + 2*time.Minute, false}, {"0", false, 0, false},
 		{"10", false, 10 * time.Second, true}, {"-1s", false, 10 * time.Second, true}, {"soon", false, 10 * time.Second, true},
-	} {
-		check(t, "Duration", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigBool(t *testing.T) {
 	read := func(e *Env) bool { return e.Bool("X", false) }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    bool
-		wantErr bool
-	}{
+	check(t, "Bool", read, []row[bool]{
 		{"", true, false, false}, {"", false, false, false}, {"true", false, true, false}, {"1", false, true, false},
 		{"FALSE", false, false, false}, {"yes", false, false, true}, {"on", false, false, true},
-	} {
-		check(t, "Bool", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigAddr(t *testing.T) {
 	read := func(e *Env) string { return e.Addr("X", "127.0.0.1:8080") }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    string
-		wantErr bool
-	}{
+	check(t, "Addr", read, []row[string]{
 		{"", true, "127.0.0.1:8080", false}, {"", false, "127.0.0.1:8080", false},
 		{"0.0.0.0:9000", false, "0.0.0.0:9000", false}, {":6060", false, ":6060", false}, {"[::1]:1", false, "[::1]:1", false},
 		{"localhost", false, "127.0.0.1:8080", true}, {"host:", false, "127.0.0.1:8080", true}, {"::1", false, "127.0.0.1:8080", true},
-	} {
-		check(t, "Addr", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 func TestConfigURL(t *testing.T) {
 	read := func(e *Env) string { return e.URL("X") }
-	for _, tt := range []struct {
-		v       string
-		unset   bool
-		want    string
-		wantErr bool
-	}{
+	check(t, "URL", read, []row[string]{
 		{"", true, "", false}, {"", false, "", false},
 		{"https://hooks.example/x", false, "https://hooks.example/x", false}, {"http://127.0.0.1:9/", false, "http://127.0.0.1:9/", false},
 		{"ftp://x/", false, "", true}, {"https:///path", false, "", true}, {"hooks.example", false, "", true}, {"http://%zz", false, "", true},
-	} {
-		check(t, "URL", tt.v, tt.unset, read, tt.want, tt.wantErr)
-	}
+	})
 }
 
 // Every bad variable is reported, not only the first; a secret's value never is.
