@@ -136,8 +136,8 @@ type Deps struct {
 	// used (ErrNoSecretKey).
 	Key *secrets.Key
 	Log *slog.Logger
-	// Now is the wall clock for last_imported and freshness; default time.Now.
-	Now func() time.Time
+	// Clock is the wall clock for last_imported and freshness; default health.RealClock.
+	Clock health.Clock
 	// Observer traces and counts each MCP operation; nil records nothing.
 	Observer *telemetry.MCPObserver
 }
@@ -149,7 +149,7 @@ type Service struct {
 	fleet  Fleet
 	key    *secrets.Key
 	log    *slog.Logger
-	now    func() time.Time
+	clock  health.Clock
 	policy mcpclient.EndpointPolicy
 	obs    *telemetry.MCPObserver
 	probes *prober
@@ -172,11 +172,11 @@ func New(cfg Config, deps Deps) *Service {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	if deps.Now == nil {
-		deps.Now = time.Now
+	if deps.Clock == nil {
+		deps.Clock = health.RealClock{}
 	}
 	s := &Service{
-		cfg: cfg, store: deps.Store, fleet: deps.Fleet, key: deps.Key, log: deps.Log, now: deps.Now,
+		cfg: cfg, store: deps.Store, fleet: deps.Fleet, key: deps.Key, log: deps.Log, clock: deps.Clock,
 		policy: mcpclient.EndpointPolicy{Allow: cfg.AllowHosts}, obs: deps.Observer,
 	}
 	s.probes = newProber(s)
@@ -248,7 +248,7 @@ func (s *Service) Describe(ctx context.Context, tenantID uuid.UUID, ids []uuid.U
 }
 
 // wallNow is the wall time to store, at PostgreSQL's precision (so an answer and the row agree).
-func (s *Service) wallNow() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Service) wallNow() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // endpointHost is the host of a stored endpoint, for logs.
 func endpointHost(raw string) string {

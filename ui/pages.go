@@ -418,7 +418,7 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 		Contact: contactLine(k.LastContact, k.LastLatencyMS), LastImportedShort: fmtTimePtr(k.LastImported, "never"),
 		LastProbe: probeText(d.LastProbe), Endpoint: orDash(k.Endpoint), Transport: transportText,
 		ToolCount: k.ToolCount, DataClass: dataClassText(k), NoDataClass: k.DataClass == "", Approval: approvalText(k),
-		Import: importText(k), ImportError: orDash(k.ImportError), Freshness: freshnessText(k, u.deps.Now()),
+		Import: importText(k), ImportError: orDash(k.ImportError), Freshness: freshnessText(k, u.deps.Wall.Now()),
 		Timeline: viewTimeline(hist.Events, now), Transitions: hist.Transitions, FlapWindow: fmtDuration(u.cfg.FlapWindow),
 		FlapThreshold: u.cfg.FlapThreshold, Flapping: hist.Transitions >= u.cfg.FlapThreshold, Report: report,
 	}

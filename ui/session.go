@@ -113,7 +113,7 @@ func (u *UI) loadSession(r *http.Request) (*session, error) {
 	if id == nil {
 		return nil, errNoSession
 	}
-	p, exp, err := u.deps.Store.LookupSession(r.Context(), hashID(id), u.deps.Now())
+	p, exp, err := u.deps.Store.LookupSession(r.Context(), hashID(id), u.deps.Wall.Now())
 	if errors.Is(err, persistence.ErrNotFound) {
 		return nil, errNoSession
 	}
@@ -300,7 +300,7 @@ func (u *UI) signIn(c *gin.Context) {
 		u.fail(c, nil, http.StatusInternalServerError, "The session could not be opened.", err)
 		return
 	}
-	now := u.deps.Now()
+	now := u.deps.Wall.Now()
 	if err := u.deps.Store.CreateSession(ctx, p, hashID(id), now, now.Add(u.cfg.SessionTTL)); err != nil {
 		u.log.WarnContext(ctx, "ui: sign-in: session not stored", "err", err)
 		u.signInForm(c, http.StatusServiceUnavailable, "The session could not be opened right now: retry shortly.")
@@ -317,7 +317,7 @@ func (u *UI) signIn(c *gin.Context) {
 // signOut is POST /ui/sign-out: the session ends server-side and its cookie is cleared.
 func (u *UI) signOut(c *gin.Context, s *session) {
 	ctx := c.Request.Context()
-	if err := u.deps.Store.RevokeSession(ctx, s.p.TenantID, hashID(s.id), u.deps.Now()); err != nil {
+	if err := u.deps.Store.RevokeSession(ctx, s.p.TenantID, hashID(s.id), u.deps.Wall.Now()); err != nil {
 		u.fail(c, s, http.StatusServiceUnavailable, "You could not be signed out right now: retry shortly.", err)
 		return
 	}

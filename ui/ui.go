@@ -154,8 +154,10 @@ type Deps struct {
 	Log    *slog.Logger
 	// Clock is the clock the health model runs on (audit times are on it); default the real clock.
 	Clock health.Clock
-	// Now is the wall clock for sessions; default time.Now.
-	Now func() time.Time
+	// Wall is the wall clock sessions expire on and freshness is measured on (the times it is compared
+	// with were stamped on the wall, not on Clock); default the real clock. It is the same abstraction
+	// as Clock so tests can move either.
+	Wall health.Clock
 }
 
 // UI is the dashboard. It is safe for concurrent use.
@@ -195,8 +197,8 @@ func New(cfg Config, deps Deps) (*UI, error) {
 	if deps.Clock == nil {
 		deps.Clock = health.RealClock{}
 	}
-	if deps.Now == nil {
-		deps.Now = time.Now
+	if deps.Wall == nil {
+		deps.Wall = health.RealClock{}
 	}
 	u := &UI{cfg: cfg, deps: deps, log: deps.Log, hashes: map[string]string{}, flashes: newFlashes(10000, 2*time.Minute)}
 	var err error
