@@ -29,7 +29,11 @@ import (
 // event. A comment line is sent every KeepAlive so proxies keep the connection open.
 //
 // Each stream is one goroutine and one database poll per PollInterval, with a write deadline on every
-// write; at most MaxStreams are open at once (503 beyond). A stream ends when the client goes away,
+// write. At most MaxStreamsPerKey are open at once for one key (a dashboard session counts against the
+// key that signed in) and MaxStreamsPerTenant for one tenant, both refused with 429 and Retry-After (the
+// caller's own streams are the ones to close: too_many_streams_per_key, too_many_streams_per_tenant),
+// and MaxStreams in all, refused with 503 and Retry-After (the service is full: too_many_streams); the
+// per-tenant limit is below the total, so one tenant cannot take every stream. A stream ends when the client goes away,
 // when its key or session stops being valid (checked every Recheck), and when the service shuts down
 // (CloseStreams, and the readiness flag as a backstop).
 
@@ -40,7 +44,9 @@ type EventStreamConfig struct {
 	// GapWait is how long a stream waits for a missing sequence number to commit before it goes past it
 	// (a rolled-back insert leaves a gap for ever); default 5 s, the durable write timeout.
 	GapWait    time.Duration
-	MaxStreams int           // streams open at once; default 256
+	MaxStreams          int // streams open at once, all tenants together; default 256
+	MaxStreamsPerTenant int // streams one tenant may have open at once; default 32
+	MaxStreamsPerKey    int // streams one key (with its dashboard sessions) may have open at once; default 8
 	MaxReplay  int           // events a reconnecting client may be sent; default 10,000
 	Recheck    time.Duration // how often the key or session is checked again; default 1 min
 	WriteWait  time.Duration // deadline of each write; default 10 s
@@ -52,19 +58,32 @@ func (c EventStreamConfig) withDefaults() EventStreamConfig {
 			*d = v
 		}
 	}
-	def(&c.PollInterval, time.Second)
+	def(&c.PollInterval, DefaultEventPollInterval)
 	def(&c.KeepAlive, 15*time.Second)
 	def(&c.GapWait, 5*time.Second)
 	def(&c.Recheck, time.Minute)
 	def(&c.WriteWait, 10*time.Second)
-	if c.MaxStreams <= 0 {
-		c.MaxStreams = 256
+	defn := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
 	}
+	defn(&c.MaxStreams, DefaultMaxStreams)
+	defn(&c.MaxStreamsPerTenant, DefaultMaxStreamsPerTenant)
+	defn(&c.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
 	if c.MaxReplay <= 0 {
 		c.MaxReplay = 10000
 	}
 	return c
 }
+
+// The default stream limits of EventStreamConfig.
+const (
+	DefaultMaxStreams          = 256
+	DefaultMaxStreamsPerTenant = 32
+	DefaultMaxStreamsPerKey    = 8
+	DefaultEventPollInterval   = time.Second
+)
 
 // EventStore is what the event stream reads.
 type EventStore interface {
@@ -96,30 +115,64 @@ type EventJSON struct {
 	TraceID *string   `json:"trace_id"`
 }
 
-// streams counts and stops the open event streams.
+// streams counts and stops the open event streams: in all, by tenant and by key.
 type streams struct {
-	mu     sync.Mutex
-	open   int
-	closed bool
-	done   chan struct{}
+	mu       sync.Mutex
+	open     int
+	byTenant map[uuid.UUID]int
+	byKey    map[uuid.UUID]int
+	closed   bool
+	done     chan struct{}
 }
 
-func newStreams() *streams { return &streams{done: make(chan struct{})} }
+func newStreams() *streams {
+	return &streams{byTenant: map[uuid.UUID]int{}, byKey: map[uuid.UUID]int{}, done: make(chan struct{})}
+}
 
-func (st *streams) acquire(limit int) bool {
+// streamRetry is the Retry-After of a refused stream.
+const streamRetry = 5 * time.Second
+
+// acquire counts a new stream of p, or returns the problem that refuses it: the key's limit first,
+// then the tenant's (both the caller's own doing: 429), then the total (the service is full: 503). A
+// refused stream counts nowhere.
+func (st *streams) acquire(p persistence.Principal, cfg EventStreamConfig) *Problem {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed || st.open >= limit {
-		return false
+	var refused *Problem
+	switch {
+	case st.closed:
+		refused = unavailable("the service is shutting down", streamRetry, nil)
+	case st.byKey[p.KeyID] >= cfg.MaxStreamsPerKey:
+		refused = problem(http.StatusTooManyRequests, "too_many_streams_per_key",
+			fmt.Sprintf("this key already has %d event streams open, its limit: close one", cfg.MaxStreamsPerKey))
+	case st.byTenant[p.TenantID] >= cfg.MaxStreamsPerTenant:
+		refused = problem(http.StatusTooManyRequests, "too_many_streams_per_tenant",
+			fmt.Sprintf("this tenant already has %d event streams open, its limit: close one", cfg.MaxStreamsPerTenant))
+	case st.open >= cfg.MaxStreams:
+		refused = problem(http.StatusServiceUnavailable, "too_many_streams", "too many event streams are open: retry later")
+	default:
+		st.open++
+		st.byTenant[p.TenantID]++
+		st.byKey[p.KeyID]++
+		return nil
 	}
-	st.open++
-	return true
+	refused.RetryAfter = streamRetry
+	return refused
 }
 
-func (st *streams) release() {
+// release uncounts a stream acquire counted.
+func (st *streams) release(p persistence.Principal) {
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	st.open--
-	st.mu.Unlock()
+	uncount(st.byTenant, p.TenantID)
+	uncount(st.byKey, p.KeyID)
+}
+
+func uncount(m map[uuid.UUID]int, id uuid.UUID) {
+	if m[id]--; m[id] <= 0 {
+		delete(m, id) // the maps hold only what is open
+	}
 }
 
 // CloseStreams ends every open event stream and refuses new ones. Register it with
@@ -179,11 +232,11 @@ func (s *Server) events(c *gin.Context) {
 		}
 		resume = &cur
 	}
-	if !s.streams.acquire(cfg.MaxStreams) {
-		s.fail(c, unavailable("too many event streams are open: retry later", 5*time.Second, nil))
+	if refused := s.streams.acquire(p, cfg); refused != nil {
+		s.fail(c, refused)
 		return
 	}
-	defer s.streams.release()
+	defer s.streams.release(p)
 
 	ctx := r.Context()
 	latest, err := s.deps.Events.LatestEventCursor(ctx, p.TenantID)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,10 +22,13 @@ import (
 // fakeKeys answers key lookups for the event stream tests; nothing else of the store is used.
 type fakeKeys struct {
 	httpapi.Store
+	mu   sync.Mutex
 	keys map[string]persistence.Principal // by hash
 }
 
 func (f *fakeKeys) LookupKey(_ context.Context, hash []byte) (persistence.Principal, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if p, ok := f.keys[string(hash)]; ok {
 		return p, nil
 	}
@@ -97,8 +101,22 @@ type streamEnv struct {
 	api    *httpapi.Server
 	srv    *httptest.Server
 	log    *fakeLog
+	keys   *fakeKeys
 	key    string
 	tenant uuid.UUID
+}
+
+// addKey makes a new key of tenant and returns it.
+func (e *streamEnv) addKey(tenant uuid.UUID, role persistence.Role) string {
+	e.t.Helper()
+	key, hash, err := persistence.GenerateAPIKey()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.keys.mu.Lock()
+	defer e.keys.mu.Unlock()
+	e.keys.keys[string(hash)] = persistence.Principal{KeyID: uuid.New(), TenantID: tenant, Role: role}
+	return key
 }
 
 func newStreamEnv(t *testing.T, cfg httpapi.EventStreamConfig) *streamEnv {
@@ -119,7 +137,7 @@ func newStreamEnv(t *testing.T, cfg httpapi.EventStreamConfig) *streamEnv {
 		api.CloseStreams()
 		srv.Close()
 	})
-	return &streamEnv{t: t, api: api, srv: srv, log: log, key: key, tenant: tenant}
+	return &streamEnv{t: t, api: api, srv: srv, log: log, keys: keys, key: key, tenant: tenant}
 }
 
 func ev(seq int64, kind, from, status string) persistence.FleetEvent {
@@ -138,14 +156,22 @@ type frame struct {
 	id, event, data, comment string
 }
 
-// open opens a stream and returns its frames as they arrive.
+// open opens a stream with the env's key and returns its frames as they arrive.
 func (e *streamEnv) open(lastID string, query string) (*http.Response, <-chan frame) {
+	e.t.Helper()
+	resp, frames, _ := e.openAs(e.key, lastID, query)
+	return resp, frames
+}
+
+// openAs opens a stream with key and returns its frames as they arrive and a func that closes it. A
+// refused stream's body is read and left in resp.Body.
+func (e *streamEnv) openAs(key, lastID string, query string) (*http.Response, <-chan frame, context.CancelFunc) {
 	e.t.Helper()
 	req, err := http.NewRequest("GET", e.srv.URL+"/v1/mcp/events"+query, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+e.key)
+	req.Header.Set("Authorization", "Bearer "+key)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -157,9 +183,11 @@ func (e *streamEnv) open(lastID string, query string) (*http.Response, <-chan fr
 	}
 	out := make(chan frame, 100)
 	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
 		close(out)
-		return resp, out
+		return resp, out, cancel
 	}
 	go func() {
 		defer close(out)
@@ -185,7 +213,7 @@ func (e *streamEnv) open(lastID string, query string) (*http.Response, <-chan fr
 			}
 		}
 	}()
-	return resp, out
+	return resp, out, cancel
 }
 
 // next returns the next event frame (skipping comments), failing after a while.
@@ -324,7 +352,7 @@ func TestEventStreamKeepAliveLimitAndShutdown(t *testing.T) {
 			t.Fatal("no keep-alive comment")
 		}
 	}
-	if resp, _ := e.open("", ""); resp.StatusCode != http.StatusServiceUnavailable {
+	if resp, _, _ := e.openAs(e.addKey(uuid.New(), persistence.RoleOperator), "", ""); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("a stream past MaxStreams: %d", resp.StatusCode)
 	}
 	e.api.CloseStreams()
@@ -377,5 +405,64 @@ func TestEventStreamNeedsAKey(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no key: %d", resp.StatusCode)
+	}
+}
+
+// refusal checks that resp is a refused stream with status, problem type slug and a Retry-After.
+func refusal(t *testing.T, what string, resp *http.Response, status int, slug string) {
+	t.Helper()
+	var p struct{ Type string }
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatalf("%s: %d, body: %v", what, resp.StatusCode, err)
+	}
+	if resp.StatusCode != status || p.Type != httpapi.ProblemBase+slug || resp.Header.Get("Retry-After") == "" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%s: %d %q Retry-After %q %s, want %d %s with Retry-After", what, resp.StatusCode, p.Type,
+			resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), status, slug)
+	}
+}
+
+// TestEventStreamLimits crosses each stream limit: a key at its limit, a tenant at its limit (whatever
+// key it uses next), and the total. Tenant A at its limits does not stop tenant B, and a stream closed
+// frees its place.
+func TestEventStreamLimits(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{MaxStreams: 5, MaxStreamsPerTenant: 3, MaxStreamsPerKey: 2})
+	tenantA, tenantB := uuid.New(), uuid.New()
+	a1, a2, a3 := e.addKey(tenantA, persistence.RoleModule), e.addKey(tenantA, persistence.RoleOperator), e.addKey(tenantA, persistence.RoleAdmin)
+	b1, b2 := e.addKey(tenantB, persistence.RoleOperator), e.addKey(tenantB, persistence.RoleAdmin)
+	opened := func(key string) context.CancelFunc {
+		t.Helper()
+		resp, _, cancel := e.openAs(key, "", "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("a stream within the limits: %d", resp.StatusCode)
+		}
+		return cancel
+	}
+	closeA1 := opened(a1)
+	opened(a1)
+	resp, _, _ := e.openAs(a1, "", "")
+	refusal(t, "a key's third stream", resp, http.StatusTooManyRequests, "too_many_streams_per_key")
+	opened(a2)
+	resp, _, _ = e.openAs(a2, "", "")
+	refusal(t, "a tenant's fourth stream", resp, http.StatusTooManyRequests, "too_many_streams_per_tenant")
+	resp, _, _ = e.openAs(a3, "", "")
+	refusal(t, "a tenant's fourth stream on a fresh key", resp, http.StatusTooManyRequests, "too_many_streams_per_tenant")
+	// Tenant A holds all it may: tenant B still streams, up to the total.
+	opened(b1)
+	opened(b2)
+	resp, _, _ = e.openAs(b2, "", "")
+	refusal(t, "a stream past the total", resp, http.StatusServiceUnavailable, "too_many_streams")
+	// Closing one of A's streams frees its place, once the service has seen the client go.
+	closeA1()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, _, _ := e.openAs(b2, "", "")
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream still counts: %d", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

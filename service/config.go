@@ -58,6 +58,12 @@ type Config struct {
 	// MCP is the MCP endpoint for agents at /mcp (service/mcpendpoint.go).
 	MCP MCPConfig
 
+	// GET /v1/mcp/events (zero takes the default).
+	EventStreams          int           // MCPFLEET_EVENT_STREAMS: streams open at once, all tenants, default 256
+	EventStreamsPerTenant int           // MCPFLEET_EVENT_STREAMS_PER_TENANT: default 32, at most EventStreams
+	EventStreamsPerKey    int           // MCPFLEET_EVENT_STREAMS_PER_KEY: default 8, at most EventStreamsPerTenant
+	EventPollInterval     time.Duration // MCPFLEET_EVENT_POLL_INTERVAL: how often a stream looks for events, default 1s
+
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
@@ -109,6 +115,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c.gatewayFromEnv(e)
 	c.apiLimitsFromEnv(e)
 	c.mcpFromEnv(e)
+	c.eventsFromEnv(e)
 	return c, e.Err()
 }
 
@@ -145,6 +152,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateMCPClient()...)
 	errs = append(errs, c.validateGateway()...)
+	errs = append(errs, c.validateEvents()...)
 	errs = append(errs, c.validateMCP()...)
 	return errors.Join(errs...)
 }
@@ -162,5 +170,5 @@ func (c *Config) apiLimitsFromEnv(e *config.Env) {
 func (c Config) apiConfig() httpapi.Config {
 	return httpapi.Config{HeartbeatInterval: c.HeartbeatInterval, ListAdvertisementLimit: c.ListAdvertisementLimit,
 		Auth: httpapi.AuthConfig{KeyCacheSize: c.KeyCacheSize, FailureBurst: c.AuthFailureBurst, FailureRate: c.AuthFailureRate,
-			ThrottledAddresses: c.AuthThrottledAddresses}}
+			ThrottledAddresses: c.AuthThrottledAddresses}, Events: c.eventStreamConfig()}
 }
