@@ -43,13 +43,13 @@ type EventStreamConfig struct {
 	KeepAlive    time.Duration // comment line interval; default 15 s
 	// GapWait is how long a stream waits for a missing sequence number to commit before it goes past it
 	// (a rolled-back insert leaves a gap for ever); default 5 s, the durable write timeout.
-	GapWait    time.Duration
-	MaxStreams          int // streams open at once, all tenants together; default 256
-	MaxStreamsPerTenant int // streams one tenant may have open at once; default 32
-	MaxStreamsPerKey    int // streams one key (with its dashboard sessions) may have open at once; default 8
-	MaxReplay  int           // events a reconnecting client may be sent; default 10,000
-	Recheck    time.Duration // how often the key or session is checked again; default 1 min
-	WriteWait  time.Duration // deadline of each write; default 10 s
+	GapWait             time.Duration
+	MaxStreams          int           // streams open at once, all tenants together; default 256
+	MaxStreamsPerTenant int           // streams one tenant may have open at once; default 32
+	MaxStreamsPerKey    int           // streams one key (with its dashboard sessions) may have open at once; default 8
+	MaxReplay           int           // events a reconnecting client may be sent; default 10,000
+	Recheck             time.Duration // how often the key or session is checked again; default 1 min
+	WriteWait           time.Duration // deadline of each write; default 10 s
 }
 
 func (c EventStreamConfig) withDefaults() EventStreamConfig {
