@@ -19,13 +19,16 @@ import (
 // or a dashboard session: one event per registration, transition, deregistration and catalogue import
 // of the caller's tenant, each
 //
-//	id: <audit seq>-<import seq>
+//	id: t<audit seq>-<import seq>
 //	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"}
 //
-// The events are read from the tenant's audit log and import log (both durable and append-only), so a
+// The events are read from the tenant's audit log and import log (both durable and append-only), by the
+// tenant's own sequence numbers, which have no gaps and follow commit order: a stream sends each event
+// at the first poll after its commit, whatever other tenants do, and never waits for a number. A
 // client that reconnects with Last-Event-ID (or ?last_event_id=, for a client that cannot set the
-// header) gets every event after the one it saw, up to MaxReplay of them; a client that was away longer
-// is sent "event: reset" and continues from the newest. Without an id the stream starts at the newest
+// header) gets every event after the one it saw, exactly once, up to MaxReplay of them; a client that
+// was away longer, or sends an id of another database or of the numbering before tenant sequences, is
+// sent "event: reset" and continues from the newest. Without an id the stream starts at the newest
 // event. A comment line is sent every KeepAlive so proxies keep the connection open.
 //
 // Each stream is one goroutine and one database poll per PollInterval, with a write deadline on every
@@ -39,11 +42,8 @@ import (
 
 // EventStreamConfig tunes GET /v1/mcp/events; zero values take the defaults.
 type EventStreamConfig struct {
-	PollInterval time.Duration // how often a stream looks for new events; default 1 s
-	KeepAlive    time.Duration // comment line interval; default 15 s
-	// GapWait is how long a stream waits for a missing sequence number to commit before it goes past it
-	// (a rolled-back insert leaves a gap for ever); default 5 s, the durable write timeout.
-	GapWait             time.Duration
+	PollInterval        time.Duration // how often a stream looks for new events; default 1 s
+	KeepAlive           time.Duration // comment line interval; default 15 s
 	MaxStreams          int           // streams open at once, all tenants together; default 256
 	MaxStreamsPerTenant int           // streams one tenant may have open at once; default 32
 	MaxStreamsPerKey    int           // streams one key (with its dashboard sessions) may have open at once; default 8
@@ -60,7 +60,6 @@ func (c EventStreamConfig) withDefaults() EventStreamConfig {
 	}
 	def(&c.PollInterval, DefaultEventPollInterval)
 	def(&c.KeepAlive, 15*time.Second)
-	def(&c.GapWait, 5*time.Second)
 	def(&c.Recheck, time.Minute)
 	def(&c.WriteWait, 10*time.Second)
 	defn := func(n *int, v int) {
@@ -224,13 +223,18 @@ func (s *Server) events(c *gin.Context) {
 		id = c.Query("last_event_id")
 	}
 	var resume *persistence.EventCursor
+	old := false // an id of the numbering before tenant sequences: reset
 	if id != "" {
 		cur, err := persistence.ParseEventCursor(id)
-		if err != nil {
-			s.fail(c, badRequest("invalid_field", "Last-Event-ID", "the event id is not one this stream sent (want <audit seq>-<import seq>)"))
+		switch {
+		case errors.Is(err, persistence.ErrOldEventCursor):
+			old = true
+		case err != nil:
+			s.fail(c, badRequest("invalid_field", "Last-Event-ID", "the event id is not one this stream sent (want t<audit seq>-<import seq>)"))
 			return
+		default:
+			resume = &cur
 		}
-		resume = &cur
 	}
 	if refused := s.streams.acquire(p, cfg); refused != nil {
 		s.fail(c, refused)
@@ -248,14 +252,14 @@ func (s *Server) events(c *gin.Context) {
 	// The server's read and write timeouts were set for a request that ends: clear the read deadline (a
 	// stream has nothing more to read, only a disconnect to notice) and give each write its own.
 	_ = st.rc.SetReadDeadline(time.Time{})
-	st.audit.last, st.imports.last = latest.Audit, latest.Import
-	reset := false
+	st.cur = latest
+	reset := old
 	if resume != nil {
 		// A cursor ahead of the log is from another database; one too far behind would replay too much.
 		reset = resume.Audit > latest.Audit || resume.Import > latest.Import ||
 			latest.Audit-resume.Audit > int64(cfg.MaxReplay) || latest.Import-resume.Import > int64(cfg.MaxReplay)
 		if !reset {
-			st.audit.last, st.imports.last = resume.Audit, resume.Import
+			st.cur = *resume
 		}
 	}
 	h := c.Writer.Header()
@@ -268,7 +272,7 @@ func (s *Server) events(c *gin.Context) {
 		return
 	}
 	if reset {
-		if err := st.write(fmt.Sprintf("event: reset\nid: %s\ndata: {\"reason\":\"the stream cannot resume from the given event id: reload what you show\"}\n\n", st.cursor())); err != nil {
+		if err := st.write(fmt.Sprintf("event: reset\nid: %s\ndata: {\"reason\":\"the stream cannot resume from the given event id: reload what you show\"}\n\n", st.cur)); err != nil {
 			return
 		}
 	}
@@ -280,17 +284,12 @@ func (s *Server) events(c *gin.Context) {
 
 // eventStream is one open stream.
 type eventStream struct {
-	s       *Server
-	cfg     EventStreamConfig
-	tenant  uuid.UUID
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	audit   follower
-	imports follower
-}
-
-func (st *eventStream) cursor() persistence.EventCursor {
-	return persistence.EventCursor{Audit: st.audit.last, Import: st.imports.last}
+	s      *Server
+	cfg    EventStreamConfig
+	tenant uuid.UUID
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	cur    persistence.EventCursor // the position after the last event sent
 }
 
 func (st *eventStream) write(s string) error {
@@ -344,41 +343,31 @@ var errWrite = errors.New("write to the event stream failed")
 
 const eventBatch = 500
 
-// poll writes the events after the cursor, batch after batch while batches come back full.
+// poll writes the events after the cursor, batch after batch while batches come back full. Both
+// sequences are gapless and in commit order, so every event returned is sent, now: none can commit
+// later with a number below it.
 func (st *eventStream) poll(ctx context.Context) error {
 	for {
-		evs, err := st.s.deps.Events.FleetEvents(ctx, st.tenant, st.cursor(), eventBatch)
+		evs, err := st.s.deps.Events.FleetEvents(ctx, st.tenant, st.cur, eventBatch)
 		if err != nil {
 			return err
 		}
-		now := time.Now()
-		var audit, imports []persistence.FleetEvent
+		var audit, imports int
 		for _, e := range evs {
+			// The id written with each event is the position after it, so a client resuming from any
+			// id it saw gets exactly what follows.
 			if e.Import {
-				imports = append(imports, e)
+				st.cur.Import = e.Seq
+				imports++
 			} else {
-				audit = append(audit, e)
+				st.cur.Audit = e.Seq
+				audit++
+			}
+			if err := st.write(eventFrame(st.cur, e)); err != nil {
+				return fmt.Errorf("%w: %v", errWrite, err)
 			}
 		}
-		full := len(audit) == eventBatch || len(imports) == eventBatch
-		audit = audit[:st.audit.admit(audit, now, st.cfg.GapWait)]
-		imports = imports[:st.imports.admit(imports, now, st.cfg.GapWait)]
-		// The cursor written with each event is the position after it, so a client resuming from any
-		// id it saw gets exactly what follows.
-		cur := persistence.EventCursor{Audit: st.audit.start, Import: st.imports.start}
-		for _, batch := range [][]persistence.FleetEvent{audit, imports} {
-			for _, e := range batch {
-				if e.Import {
-					cur.Import = e.Seq
-				} else {
-					cur.Audit = e.Seq
-				}
-				if err := st.write(eventFrame(cur, e)); err != nil {
-					return fmt.Errorf("%w: %v", errWrite, err)
-				}
-			}
-		}
-		if !full || len(audit)+len(imports) == 0 {
+		if audit < eventBatch && imports < eventBatch {
 			return nil
 		}
 	}
@@ -396,36 +385,4 @@ func eventFrame(cur persistence.EventCursor, e persistence.FleetEvent) string {
 	}
 	b, _ := json.Marshal(out) // cannot fail: strings, a UUID and a time
 	return "id: " + cur.String() + "\ndata: " + string(b) + "\n\n"
-}
-
-// follower follows one sequence (audit or import) and decides which rows may be sent: those that
-// continue the sequence without a gap, or past a gap that has stayed open for the wait. A gap is a
-// sequence number that is taken but not visible: an insert still committing (wait for it) or one that
-// rolled back (it never fills).
-type follower struct {
-	last    int64     // the last sequence number sent
-	start   int64     // last before the current admit call
-	gapFrom int64     // the value of last when the pending gap was first seen
-	gapAt   time.Time // when; zero: no gap pending
-}
-
-// admit returns how many of evs (in sequence order, all after last) may be sent now, and moves last to
-// the last of them.
-func (f *follower) admit(evs []persistence.FleetEvent, now time.Time, wait time.Duration) int {
-	f.start = f.last
-	n := 0
-	for _, e := range evs {
-		if e.Seq != f.last+1 {
-			if f.gapAt.IsZero() || f.gapFrom != f.last {
-				f.gapFrom, f.gapAt = f.last, now
-			}
-			if now.Sub(f.gapAt) < wait {
-				break
-			}
-			f.gapAt = time.Time{}
-		}
-		f.last = e.Seq
-		n++
-	}
-	return n
 }

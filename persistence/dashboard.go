@@ -116,31 +116,45 @@ func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, erro
 }
 
 // EventCursor is a position in a tenant's fleet event stream: the last audit event and the last import
-// event seen (by seq). The zero cursor is the start.
+// event seen, by the tenant's own sequence numbers (tenant_seq). The zero cursor is the start.
 type EventCursor struct {
 	Audit  int64
 	Import int64
 }
 
-// String is the cursor as GET /v1/mcp/events writes it in id: "<audit seq>-<import seq>".
+// String is the cursor as GET /v1/mcp/events writes it in id: "t<audit seq>-<import seq>". The "t"
+// tells it from an id of the numbering shared by every tenant that came before (ErrOldEventCursor).
 func (c EventCursor) String() string {
-	return strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10)
+	return "t" + strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10)
 }
 
-// ParseEventCursor parses what String wrote.
+// ErrOldEventCursor is an event id written before migration 0012, in the numbering shared by every
+// tenant: it names no position in the tenant's own sequences.
+var ErrOldEventCursor = errors.New("the event id is from the numbering before tenant sequences")
+
+// ParseEventCursor parses what String wrote. An id of the old form "<seq>-<seq>" is ErrOldEventCursor.
 func ParseEventCursor(s string) (EventCursor, error) {
+	body, current := strings.CutPrefix(s, "t")
+	c, ok := parseSeqPair(body)
+	switch {
+	case !ok || len(s) > 42:
+		return EventCursor{}, fmt.Errorf("event id %q: want t<audit seq>-<import seq>", s)
+	case !current:
+		return EventCursor{}, ErrOldEventCursor
+	}
+	return c, nil
+}
+
+func parseSeqPair(s string) (EventCursor, bool) {
 	a, i, ok := strings.Cut(s, "-")
-	if !ok || len(s) > 41 {
-		return EventCursor{}, fmt.Errorf("event id %q: want <audit seq>-<import seq>", s)
+	if !ok {
+		return EventCursor{}, false
 	}
 	var c EventCursor
 	var err1, err2 error
 	c.Audit, err1 = strconv.ParseInt(a, 10, 64)
 	c.Import, err2 = strconv.ParseInt(i, 10, 64)
-	if err1 != nil || err2 != nil || c.Audit < 0 || c.Import < 0 {
-		return EventCursor{}, fmt.Errorf("event id %q: want <audit seq>-<import seq>", s)
-	}
-	return c, nil
+	return c, err1 == nil && err2 == nil && c.Audit >= 0 && c.Import >= 0
 }
 
 // FleetSnapshot is one consistent read of a tenant's fleet for the overview: the counts by status, a
@@ -157,8 +171,8 @@ type FleetSnapshot struct {
 func (s *Store) FleetSnapshot(ctx context.Context, tenantID uuid.UUID, f ServerFilter) (FleetSnapshot, error) {
 	out := FleetSnapshot{Counts: map[health.Status]int{}}
 	err := s.inTenantSnapshot(ctx, tenantID, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM audit_events),
-				(SELECT coalesce(max(seq), 0) FROM import_events)`).Scan(&out.Cursor.Audit, &out.Cursor.Import); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
+				(SELECT coalesce(max(tenant_seq), 0) FROM import_events)`).Scan(&out.Cursor.Audit, &out.Cursor.Import); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM mcp_servers GROUP BY status`)
@@ -209,21 +223,22 @@ type FleetEvent struct {
 	Status     string
 	At         time.Time
 	TraceID    string
-	// Seq is the event's position in its own sequence: audit_events.seq, or import_events.seq when
-	// Import is true.
+	// Seq is the event's position in its tenant's own sequence: audit_events.tenant_seq, or
+	// import_events.tenant_seq when Import is true.
 	Seq    int64
 	Import bool
 }
 
-// FleetEvents returns up to limit audit events with seq after c.Audit and up to limit import events with
-// seq after c.Import, each in seq order (audit events first). Sequence numbers can have gaps (a rolled
-// back insert leaves one); the caller decides how long to wait for one to fill.
+// FleetEvents returns up to limit audit events of tenantID after c.Audit and up to limit import events
+// after c.Import, each in the order of the tenant's own sequence (audit events first). Each sequence is
+// gapless and numbered in commit order (migration 0012), so what FleetEvents returns is everything that
+// follows c: an event not returned now will be numbered after the last one returned.
 func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCursor, limit int) ([]FleetEvent, error) {
 	var out []FleetEvent
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT seq, kind, server_id, module_name, coalesce(from_status, ''), status,
+		rows, err := tx.Query(ctx, `SELECT tenant_seq, kind, server_id, module_name, coalesce(from_status, ''), status,
 				occurred_at, coalesce(trace_id, '')
-			FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2`, c.Audit, limit)
+			FROM audit_events WHERE tenant_seq > $1 ORDER BY tenant_seq LIMIT $2`, c.Audit, limit)
 		if err != nil {
 			return err
 		}
@@ -235,9 +250,9 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT seq, server_id, module_name, from_status, import_status, occurred_at,
+		rows, err = tx.Query(ctx, `SELECT tenant_seq, server_id, module_name, from_status, import_status, occurred_at,
 				coalesce(trace_id, '')
-			FROM import_events WHERE seq > $1 ORDER BY seq LIMIT $2`, c.Import, limit)
+			FROM import_events WHERE tenant_seq > $1 ORDER BY tenant_seq LIMIT $2`, c.Import, limit)
 		if err != nil {
 			return err
 		}
@@ -259,8 +274,8 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 func (s *Store) LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (EventCursor, error) {
 	var c EventCursor
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(seq), 0) FROM audit_events),
-			(SELECT coalesce(max(seq), 0) FROM import_events)`).Scan(&c.Audit, &c.Import)
+		return tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
+			(SELECT coalesce(max(tenant_seq), 0) FROM import_events)`).Scan(&c.Audit, &c.Import)
 	})
 	if err != nil {
 		return EventCursor{}, fmt.Errorf("latest event: %w", err)

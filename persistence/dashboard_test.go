@@ -283,10 +283,13 @@ func TestFleetSnapshotAndEvents(t *testing.T) {
 	if c, err := persistence.ParseEventCursor(after.String()); err != nil || c != after {
 		t.Fatalf("cursor %q parsed as %v, %v", after.String(), c, err)
 	}
-	for _, bad := range []string{"", "1", "a-b", "-1-2", "1-2-3", "1--2"} {
-		if _, err := persistence.ParseEventCursor(bad); err == nil {
-			t.Errorf("cursor %q accepted", bad)
+	for _, bad := range []string{"", "1", "t1", "a-b", "ta-b", "-1-2", "t-1-2", "1-2-3", "t1-2-3", "1--2", "tt1-2"} {
+		if _, err := persistence.ParseEventCursor(bad); err == nil || errors.Is(err, persistence.ErrOldEventCursor) {
+			t.Errorf("cursor %q: %v, want refused", bad, err)
 		}
+	}
+	if _, err := persistence.ParseEventCursor("12-3"); !errors.Is(err, persistence.ErrOldEventCursor) {
+		t.Errorf("an id of the shared numbering: %v, want ErrOldEventCursor", err)
 	}
 	// The runtime role cannot rewrite history.
 	err = pgx.BeginFunc(ctx, d.app, func(tx pgx.Tx) error {
