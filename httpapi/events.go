@@ -35,10 +35,10 @@ import (
 // write. At most MaxStreamsPerKey are open at once for one key (a dashboard session counts against the
 // key that signed in) and MaxStreamsPerTenant for one tenant, both refused with 429 and Retry-After (the
 // caller's own streams are the ones to close: too_many_streams_per_key, too_many_streams_per_tenant),
-// and MaxStreams in all, refused with 503 and Retry-After (the service is full: too_many_streams); the
-// per-tenant limit is below the total, so one tenant cannot take every stream. A stream ends when the client goes away,
-// when its key or session stops being valid (checked every Recheck), and when the service shuts down
-// (CloseStreams, and the readiness flag as a backstop).
+// and MaxStreams in all, refused with 503 and Retry-After (the service is full: too_many_streams); with
+// the per-tenant limit below the total (the defaults), one tenant cannot take every stream. A stream
+// ends when the client goes away, when its key or session stops being valid (checked every Recheck),
+// and when the service shuts down (CloseStreams, and the readiness flag as a backstop).
 
 // EventStreamConfig tunes GET /v1/mcp/events; zero values take the defaults.
 type EventStreamConfig struct {
