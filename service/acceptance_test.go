@@ -217,7 +217,7 @@ func TestAC06_FiveAuditKindsEmitted(t *testing.T) {
 
 func TestAC07_PIIOnlyModuleNameAndVersion(t *testing.T) {
 	h := newHarness(t)
-	// The audit table's columns are exactly ids, module_name, version, status and trace context.
+	// The audit table's columns are exactly ids, sequence numbers, module_name, version, status and trace context.
 	rows, err := h.db.AdminPool(t).Query(context.Background(),
 		`SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_events' ORDER BY column_name`)
 	if err != nil {
@@ -227,7 +227,7 @@ func TestAC07_PIIOnlyModuleNameAndVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"event_id", "from_status", "kind", "module_name", "occurred_at", "seq", "server_id", "status", "tenant_id", "trace_id", "version"}
+	want := []string{"event_id", "from_status", "kind", "module_name", "occurred_at", "seq", "server_id", "status", "tenant_id", "tenant_seq", "trace_id", "version"}
 	if !slices.Equal(cols, want) {
 		t.Fatalf("audit_events columns = %v, want %v", cols, want)
 	}
