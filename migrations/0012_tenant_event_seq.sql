@@ -48,32 +48,26 @@ CREATE UNIQUE INDEX import_events_tenant_seq ON import_events (tenant_id, tenant
 -- Runs as the caller, under RLS: max() sees the tenant's rows only, committed or this transaction's own
 -- (earlier rows of the same statement included). Whatever the INSERT gave as tenant_seq is replaced.
 -- +goose StatementBegin
-CREATE FUNCTION audit_events_number() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION number_tenant_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM event_seq_lock('audit', NEW.tenant_id);
-    SELECT coalesce(max(tenant_seq), 0) + 1 INTO NEW.tenant_seq FROM audit_events WHERE tenant_id = NEW.tenant_id;
+    IF TG_TABLE_NAME = 'audit_events' THEN
+        PERFORM event_seq_lock('audit', NEW.tenant_id);
+        SELECT coalesce(max(tenant_seq), 0) + 1 INTO NEW.tenant_seq FROM audit_events WHERE tenant_id = NEW.tenant_id;
+    ELSE
+        PERFORM event_seq_lock('import', NEW.tenant_id);
+        SELECT coalesce(max(tenant_seq), 0) + 1 INTO NEW.tenant_seq FROM import_events WHERE tenant_id = NEW.tenant_id;
+    END IF;
     RETURN NEW;
 END
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER audit_events_number BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_events_number();
-
--- +goose StatementBegin
-CREATE FUNCTION import_events_number() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM event_seq_lock('import', NEW.tenant_id);
-    SELECT coalesce(max(tenant_seq), 0) + 1 INTO NEW.tenant_seq FROM import_events WHERE tenant_id = NEW.tenant_id;
-    RETURN NEW;
-END
-$$;
--- +goose StatementEnd
-CREATE TRIGGER import_events_number BEFORE INSERT ON import_events FOR EACH ROW EXECUTE FUNCTION import_events_number();
+CREATE TRIGGER audit_events_number BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION number_tenant_event();
+CREATE TRIGGER import_events_number BEFORE INSERT ON import_events FOR EACH ROW EXECUTE FUNCTION number_tenant_event();
 
 -- +goose Down
 DROP TRIGGER import_events_number ON import_events;
-DROP FUNCTION import_events_number();
 DROP TRIGGER audit_events_number ON audit_events;
-DROP FUNCTION audit_events_number();
+DROP FUNCTION number_tenant_event();
 DROP INDEX import_events_tenant_seq;
 DROP INDEX audit_events_tenant_seq;
 ALTER TABLE import_events DROP COLUMN tenant_seq;
