@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -434,15 +435,8 @@ func TestEventStreamLimits(t *testing.T) {
 	refusal(t, "a stream past the total", resp, http.StatusServiceUnavailable, "too_many_streams")
 	// Closing one of A's streams frees its place, once the service has seen the client go.
 	closeA1()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.For(t, "a closed stream to free its place", 5*time.Second, func() bool {
 		resp, _, _ := e.openAs(b2, "", "")
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed stream still counts: %d", resp.StatusCode)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return resp.StatusCode == http.StatusOK
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -112,7 +113,7 @@ func TestTenantEventSequence(t *testing.T) {
 			return insertAudit(ctx, tx, a, sa, uuid.New())
 		})
 	}()
-	d.waitFor("writer 2 of the same tenant to wait on the event lock", func() bool {
+	wait.For(t, "writer 2 of the same tenant to wait on the event lock", 10*time.Second, func() bool {
 		var n int
 		err := d.owner.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'eventseq-w2' AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
@@ -167,16 +168,5 @@ func TestTenantEventSequence(t *testing.T) {
 	}
 	if latest, err := d.store.LatestEventCursor(ctx, b); err != nil || latest != (persistence.EventCursor{Audit: 5, Import: 3}) {
 		t.Fatalf("latest cursor of b: %v %v", latest, err)
-	}
-}
-
-func (d *dash) waitFor(what string, cond func() bool) {
-	d.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			d.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
