@@ -67,18 +67,20 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) erro
 			steps[i].span = spans[i]
 		}
 	}
-	// Every tenant's audit event lock first, in one order (see eventLockOrder).
-	lock := tenantStep{tenant: cmds[0].Tenant(),
-		queue: func(b *pgx.Batch) {
-			b.Queue(`SELECT event_seq_lock('audit', t) FROM unnest($1::uuid[]) WITH ORDINALITY AS l(t, n) ORDER BY n`, eventLockOrder(cmds))
-		},
-		read: func(br pgx.BatchResults) error {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("event locks: %w", err)
-			}
-			return nil
-		}}
-	err := inTenantBatch(ctx, s.pool, append([]tenantStep{lock}, steps...))
+	// Every tenant's audit event lock first, in one order (see eventLockOrder), as part of the first
+	// command's step.
+	first0 := steps[0]
+	steps[0].queue = func(b *pgx.Batch) {
+		b.Queue(`SELECT event_seq_lock('audit', t) FROM unnest($1::uuid[]) WITH ORDINALITY AS l(t, n) ORDER BY n`, eventLockOrder(cmds))
+		first0.queue(b)
+	}
+	steps[0].read = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("event locks: %w", err)
+		}
+		return first0.read(br)
+	}
+	err := inTenantBatch(ctx, s.pool, steps)
 	for _, span := range spans {
 		if span != nil {
 			if err != nil {
