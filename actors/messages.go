@@ -34,6 +34,10 @@ type RegisterRequest struct {
 	Tools        []persistence.Tool
 	Endpoint     string // the module's MCP endpoint, if it gave one (already checked against the endpoint policy)
 	Trace        telemetry.Carrier
+	// ByKey and ByAdmin are the key registering and whether it is an admin key; persistence.RegisterCmd
+	// enforces ownership with them.
+	ByKey   uuid.UUID
+	ByAdmin bool
 }
 
 // RegisterResult is the committed registration.

@@ -198,6 +198,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
 			Version: msg.req.Version, Protocols: msg.req.Protocols, Capabilities: msg.req.Capabilities,
 			Tools: msg.req.Tools, Endpoint: msg.req.Endpoint, TraceID: traceID, At: now.UTC(),
+			ByKey: msg.req.ByKey, ByAdmin: msg.req.ByAdmin,
 		}
 		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 		a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {

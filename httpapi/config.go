@@ -26,7 +26,7 @@ type Remote interface {
 	Update(ctx context.Context, tenantID, serverID uuid.UUID, in remote.PatchInput) (remote.Server, error)
 	Describe(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]remote.Description, error)
 	TestConnection(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ConnectionReport, error)
-	Import(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ImportReport, error)
+	Import(ctx context.Context, tenantID, serverID, by uuid.UUID) (remote.ImportReport, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool) (remote.SkillState, error)
 }
 
@@ -112,13 +112,11 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 }
 
 func validModuleName(name string) error {
-	switch {
-	case name == "":
+	if name == "" {
 		return badRequest("missing_field", "module_name", "module_name is required")
-	case len(name) > maxModuleName:
-		return badRequest("invalid_field", "module_name", fmt.Sprintf("module_name must be at most %d characters", maxModuleName))
-	case !moduleNameRE.MatchString(name):
-		return badRequest("invalid_field", "module_name", "module_name may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit")
+	}
+	if err := persistence.ValidModuleName(name); err != nil {
+		return badRequest("invalid_field", "module_name", "module_name: "+err.Error())
 	}
 	return nil
 }
@@ -241,7 +239,7 @@ func (s *Server) importCatalogue(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	rep, err := s.deps.Remote.Import(c.Request.Context(), p.TenantID, id)
+	rep, err := s.deps.Remote.Import(c.Request.Context(), p.TenantID, id, p.KeyID)
 	if err != nil {
 		return remoteError(err)
 	}
@@ -251,7 +249,7 @@ func (s *Server) importCatalogue(c *gin.Context) error {
 	}
 	out := gin.H{
 		"import_status": rep.ImportStatus, "tool_count": rep.ToolCount, "added": rep.Added, "kept": rep.Kept,
-		"orphaned": rep.Orphaned, "skipped": skipped, "last_imported": rep.LastImported.UTC(),
+		"orphaned": rep.Orphaned, "changed": rep.Changed, "disabled": rep.Disabled, "skipped": skipped, "last_imported": rep.LastImported.UTC(),
 		"catalogue": catalogueJSON(rep.CatalogueTTL, rep.CatalogueFreshUntil),
 	}
 	if rep.ImportStatus == persistence.ImportFailed {
@@ -295,7 +293,17 @@ func (s *Server) setSkill(c *gin.Context, enabled bool) error {
 func skillJSON(k remote.SkillState) SkillJSON {
 	return SkillJSON{SkillID: k.Skill.SkillID, ServerID: k.Skill.ServerID, Name: k.Skill.Name, Description: k.Skill.Description,
 		InputSchema: k.Skill.InputSchema, Enabled: k.Skill.Enabled, Available: k.Skill.Available, Orphaned: k.Skill.OrphanedAt != nil,
-		OrphanedAt: k.Skill.OrphanedAt, UpdatedAt: k.Skill.UpdatedAt.UTC(), ServerEnabled: k.ServerEnabled, Callable: k.Callable()}
+		OrphanedAt: k.Skill.OrphanedAt, UpdatedAt: k.Skill.UpdatedAt.UTC(), ServerEnabled: k.ServerEnabled, Callable: k.Callable(),
+		Annotations: nullIfEmpty(k.Skill.Annotations), ChangedAt: utcOrNil(k.Skill.ChangedAt),
+		PreviousDefinition: nullIfEmpty(k.Skill.PreviousDefinition)}
+}
+
+// nullIfEmpty makes an absent JSON value an explicit null.
+func nullIfEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
 }
 
 // serverEnabled returns whether serverID of tenantID is enabled (true for a server without
@@ -408,8 +416,12 @@ func serverDetailJSON(srv persistence.Server, d remote.Description) ServerDetail
 	case persistence.AuthModeBearer, persistence.AuthModeHeader:
 		auth.Supported = true
 	}
+	sj := serverJSON(srv)
+	if k.Origin != "" {
+		sj.Origin, sj.CatalogueSource = k.Origin, k.Origin.CatalogueSource()
+	}
 	out := ServerDetailJSON{
-		ServerJSON: serverJSON(srv), Endpoint: strOrNil(k.Endpoint), Transport: remote.Transport, Auth: auth,
+		ServerJSON: sj, Endpoint: strOrNil(k.Endpoint), Transport: remote.Transport, Auth: auth,
 		Enabled: k.Enabled, Liveness: k.Liveness, LastContact: utcOrNil(k.LastContact), LastLatencyMS: k.LastLatencyMS,
 		DataClass: strOrNil(k.DataClass), RequiresApproval: k.RequiresApproval, ToolCount: k.ToolCount,
 		ImportStatus: k.ImportStatus, ImportError: strOrNil(k.ImportError), LastImported: utcOrNil(k.LastImported),
@@ -489,6 +501,7 @@ func remoteError(err error) error {
 	var ee *mcpclient.EndpointError
 	var ex *actors.ExistsError
 	var au *remote.AuthUnsupportedError
+	var tm *remote.TooManyToolsError
 	switch {
 	case errors.As(err, &inv):
 		return badRequest("invalid_field", inv.Field, inv.Detail)
@@ -504,6 +517,10 @@ func remoteError(err error) error {
 		return problem(http.StatusConflict, "server_exists", "a server with this module_name already exists in this tenant")
 	case errors.Is(err, remote.ErrNoDataClass):
 		return problem(http.StatusConflict, "data_class_required", "the server declares no data class, so it supplies nothing: set data_class (PATCH) before importing its catalogue")
+	case errors.Is(err, persistence.ErrCatalogueSource):
+		return problem(http.StatusConflict, "catalogue_from_advertisement", "this server registered itself: its catalogue is its capability advertisement, which a registration updates; only an administrator's server is imported")
+	case errors.As(err, &tm):
+		return problem(http.StatusConflict, "catalogue_too_large", tm.Error()+" (MCPFLEET_MAX_TOOLS_PER_SERVER): nothing was written")
 	case errors.Is(err, remote.ErrNoEndpoint):
 		return problem(http.StatusConflict, "no_endpoint", "the server has no endpoint: set one (PATCH endpoint) first")
 	case errors.As(err, &au):

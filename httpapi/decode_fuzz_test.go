@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
 // FuzzDecodeRegister feeds arbitrary bodies through the registration decoder and validator: it must
@@ -15,6 +18,7 @@ func FuzzDecodeRegister(f *testing.F) {
 		`{"module_name":"calendar","version":"1.3.2","supported_protocols":["2025-11-25"]}`,
 		`{"module_name":"calendar","version":"1.3.2","supported_protocols":["2025-11-25"],"capability_advertisement":{"tools":[{"name":"list_events","description":"d","inputSchema":{"type":"object"}}]}}`,
 		`{"module_name":"","version":"","supported_protocols":[]}`,
+		`{"module_name":"a","version":"1","supported_protocols":["2025-11-25"],"capability_advertisement":{"tools":[{"name":"t","description":"a\u0000b"}]}}`,
 		`{"module_name":1}`, `[]`, `null`, `{"a":1}`, `{"module_name":"a"} x`,
 	} {
 		f.Add([]byte(s))
@@ -23,9 +27,17 @@ func FuzzDecodeRegister(f *testing.F) {
 		var b RegisterBody
 		err := decodeBytes(body, &b)
 		if err == nil {
-			_, err = b.validate()
+			var req actors.RegisterRequest
+			req, err = b.validate(registrationLimits{maxTools: DefaultMaxToolsPerServer, maxAdvertisementBytes: DefaultMaxAdvertisementBytes})
 			if err == nil {
-				if b.ModuleName == "" || len(b.ModuleName) > maxModuleName || b.Version == "" || len(b.Version) > maxVersion || len(b.SupportedProtocols) == 0 {
+				if len(b.CapabilityAdvertisement) > DefaultMaxAdvertisementBytes || len(req.Tools) > DefaultMaxToolsPerServer {
+					t.Fatalf("accepted an advertisement past the limits: %d bytes, %d tools", len(b.CapabilityAdvertisement), len(req.Tools))
+				}
+				var stored any
+				if len(req.Capabilities) > 0 && (json.Unmarshal(req.Capabilities, &stored) != nil || hasNUL(stored)) {
+					t.Fatalf("stored an advertisement that is not JSON without NUL: %s", req.Capabilities)
+				}
+				if b.ModuleName == "" || len(b.ModuleName) > persistence.MaxModuleName || b.Version == "" || len(b.Version) > maxVersion || len(b.SupportedProtocols) == 0 {
 					t.Fatalf("accepted an invalid registration: %+v", b)
 				}
 				for _, p := range b.SupportedProtocols {

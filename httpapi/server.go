@@ -32,6 +32,7 @@ type Fleet interface {
 // Store is what the API reads from PostgreSQL.
 type Store interface {
 	keyLookup
+	ownerLookup
 	GetServer(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.Server, error)
 	ListServers(ctx context.Context, tenantID uuid.UUID, f persistence.ServerFilter) ([]persistence.Server, error)
 	ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([]persistence.Skill, error)
@@ -52,6 +53,11 @@ type Config struct {
 	// ListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
 	// advertisements (?include=capability_advertisement); default DefaultListAdvertisementLimit.
 	ListAdvertisementLimit int
+	// MaxToolsPerServer caps the tools one registration may advertise (DefaultMaxToolsPerServer when
+	// zero); MaxAdvertisementBytes the size of its capability_advertisement (DefaultMaxAdvertisementBytes
+	// when zero). Past either the registration is refused whole, never trimmed.
+	MaxToolsPerServer     int
+	MaxAdvertisementBytes int
 }
 
 // Deps are the API's collaborators.
@@ -86,7 +92,14 @@ type Server struct {
 	deps  Deps
 	// streams are the open event streams (events.go).
 	streams *streams
+	// owners caches who owns each server, for module keys' heartbeats (ownership.go).
+	owners *owners
+	limits registrationLimits
 }
+
+// maxCachedOwners bounds the owner cache: a little more than the 250,000 servers of the largest tenant
+// this service is sized for.
+const maxCachedOwners = 300_000
 
 // New returns the API.
 func New(cfg Config, deps Deps) *Server {
@@ -96,8 +109,15 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Ready == nil {
 		deps.Ready = func() bool { return true }
 	}
+	lim := registrationLimits{maxTools: cfg.MaxToolsPerServer, maxAdvertisementBytes: cfg.MaxAdvertisementBytes}
+	if lim.maxTools <= 0 {
+		lim.maxTools = DefaultMaxToolsPerServer
+	}
+	if lim.maxAdvertisementBytes <= 0 {
+		lim.maxAdvertisementBytes = DefaultMaxAdvertisementBytes
+	}
 	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store, cfg.Auth), deps: deps,
-		streams: newStreams()}
+		streams: newStreams(), owners: newOwners(deps.Store, maxCachedOwners), limits: lim}
 }
 
 // Handler returns the routed gin engine. It leaves gin's process-wide mode alone: that is main's to set.

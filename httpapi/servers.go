@@ -27,20 +27,23 @@ var knownProtocols = map[string]bool{
 	"2024-11-05": true, "2025-03-26": true, "2025-06-18": true, "2025-11-25": true, "2026-07-28": true,
 }
 
-// Limits on registration input.
+// Limits on registration input (the configurable ones are in Config).
 const (
-	maxModuleName  = 128
 	maxVersion     = 64
 	maxProtocols   = 16
-	maxTools       = 500
 	maxToolName    = 128
 	maxDescription = 8 << 10
 )
 
+// Defaults of the configurable registration limits.
+const (
+	DefaultMaxToolsPerServer     = 500
+	DefaultMaxAdvertisementBytes = 256 << 10
+)
+
 var (
-	moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	versionRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+_-]*$`)
-	toolNameRE   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	versionRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+_-]*$`)
+	toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 )
 
 // RegisterBody is the body of POST /v1/mcp/servers/register.
@@ -54,12 +57,53 @@ type RegisterBody struct {
 	Endpoint string `json:"endpoint"`
 }
 
+// capabilityBody is the part of a capability advertisement the service reads, and the whole of what it
+// stores: only validated tools (name, description, inputSchema, annotations), never arbitrary JSON.
 type capabilityBody struct {
-	Tools []struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		InputSchema json.RawMessage `json:"inputSchema"`
-	} `json:"tools"`
+	Tools []advertisedTool `json:"tools"`
+}
+
+type advertisedTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+}
+
+// registrationLimits are the configurable limits a registration is checked against.
+type registrationLimits struct {
+	maxTools, maxAdvertisementBytes int
+}
+
+// hasNUL reports whether any string (or object key) in the decoded JSON value v contains a NUL
+// character, which PostgreSQL text and jsonb cannot hold.
+func hasNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.ContainsRune(x, 0)
+	case []any:
+		for _, e := range x {
+			if hasNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isJSONObject reports whether raw is absent, null or a JSON object.
+func isJSONObject(raw json.RawMessage) bool {
+	if len(raw) == 0 || string(raw) == "null" {
+		return true
+	}
+	var obj map[string]any
+	return json.Unmarshal(raw, &obj) == nil
 }
 
 // ServerIDBody is the body of heartbeat and deregister.
@@ -67,16 +111,13 @@ type ServerIDBody struct {
 	ServerID string `json:"server_id"`
 }
 
-// validate checks a registration and returns the request for the fleet.
-func (b *RegisterBody) validate() (actors.RegisterRequest, error) {
+// validate checks a registration against lim and returns the request for the fleet.
+func (b *RegisterBody) validate(lim registrationLimits) (actors.RegisterRequest, error) {
 	req := actors.RegisterRequest{ModuleName: b.ModuleName, Version: b.Version, Protocols: b.SupportedProtocols}
+	if err := validModuleName(b.ModuleName); err != nil {
+		return req, err
+	}
 	switch {
-	case b.ModuleName == "":
-		return req, badRequest("missing_field", "module_name", "module_name is required")
-	case len(b.ModuleName) > maxModuleName:
-		return req, badRequest("invalid_field", "module_name", fmt.Sprintf("module_name must be at most %d characters", maxModuleName))
-	case !moduleNameRE.MatchString(b.ModuleName):
-		return req, badRequest("invalid_field", "module_name", "module_name may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit")
 	case b.Version == "":
 		return req, badRequest("missing_field", "version", "version is required")
 	case len(b.Version) > maxVersion:
@@ -96,12 +137,25 @@ func (b *RegisterBody) validate() (actors.RegisterRequest, error) {
 		}
 	}
 	if len(b.CapabilityAdvertisement) > 0 && string(b.CapabilityAdvertisement) != "null" {
-		var caps capabilityBody
-		if err := json.Unmarshal(b.CapabilityAdvertisement, &caps); err != nil {
-			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must be an object whose tools is an array of {name, description, inputSchema}")
+		if n := len(b.CapabilityAdvertisement); n > lim.maxAdvertisementBytes {
+			p := problem(http.StatusRequestEntityTooLarge, "advertisement_too_large",
+				fmt.Sprintf("the capability advertisement is %d bytes, more than the limit of %d (MCPFLEET_MAX_ADVERTISEMENT_BYTES): nothing was stored", n, lim.maxAdvertisementBytes))
+			p.Field = "capability_advertisement"
+			return req, p
 		}
-		if len(caps.Tools) > maxTools {
-			return req, badRequest("invalid_field", "capability_advertisement.tools", fmt.Sprintf("at most %d tools may be advertised", maxTools))
+		var caps capabilityBody
+		var whole any
+		if err := json.Unmarshal(b.CapabilityAdvertisement, &caps); err != nil || json.Unmarshal(b.CapabilityAdvertisement, &whole) != nil {
+			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must be an object whose tools is an array of {name, description, inputSchema, annotations}")
+		}
+		if hasNUL(whole) {
+			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must not contain a NUL character (\\u0000)")
+		}
+		if len(caps.Tools) > lim.maxTools {
+			p := problem(http.StatusBadRequest, "too_many_tools",
+				fmt.Sprintf("%d tools are advertised, more than the limit of %d per server (MCPFLEET_MAX_TOOLS_PER_SERVER): nothing was stored", len(caps.Tools), lim.maxTools))
+			p.Field = "capability_advertisement.tools"
+			return req, p
 		}
 		seen := map[string]bool{}
 		for i, t := range caps.Tools {
@@ -114,16 +168,30 @@ func (b *RegisterBody) validate() (actors.RegisterRequest, error) {
 			case len(t.Description) > maxDescription:
 				return req, badRequest("invalid_field", field+".description", fmt.Sprintf("a tool description must be at most %d bytes", maxDescription))
 			}
-			if len(t.InputSchema) > 0 && string(t.InputSchema) != "null" {
-				var obj map[string]any
-				if json.Unmarshal(t.InputSchema, &obj) != nil {
-					return req, badRequest("invalid_field", field+".inputSchema", "inputSchema must be a JSON object")
-				}
+			if !isJSONObject(t.InputSchema) {
+				return req, badRequest("invalid_field", field+".inputSchema", "inputSchema must be a JSON object")
+			}
+			if !isJSONObject(t.Annotations) {
+				return req, badRequest("invalid_field", field+".annotations", "annotations must be a JSON object")
+			}
+			if string(t.InputSchema) == "null" {
+				caps.Tools[i].InputSchema = nil
+			}
+			if string(t.Annotations) == "null" {
+				caps.Tools[i].Annotations = nil
 			}
 			seen[t.Name] = true
-			req.Tools = append(req.Tools, persistence.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+			req.Tools = append(req.Tools, persistence.Tool{Name: t.Name, Description: t.Description,
+				InputSchema: caps.Tools[i].InputSchema, Annotations: caps.Tools[i].Annotations})
 		}
-		req.Capabilities = b.CapabilityAdvertisement
+		if caps.Tools == nil {
+			caps.Tools = []advertisedTool{}
+		}
+		stored, err := json.Marshal(caps)
+		if err != nil {
+			return req, internalError(err)
+		}
+		req.Capabilities = stored
 	}
 	return req, nil
 }
@@ -156,6 +224,10 @@ type ServerJSON struct {
 	SupportedProtocols      []string        `json:"supported_protocols"`
 	CapabilityAdvertisement json.RawMessage `json:"capability_advertisement"`
 	Status                  health.Status   `json:"status"`
+	// Origin is who created the server: "module" (it registered itself) or "admin" (an administrator
+	// configured it). CatalogueSource is the one source of its tools: "advertisement" or "import".
+	Origin          persistence.Origin `json:"origin"`
+	CatalogueSource string             `json:"catalogue_source"`
 	LastHeartbeatAt         time.Time       `json:"last_heartbeat_at"`
 	RegisteredAt            time.Time       `json:"registered_at"`
 	DeregisteredAt          *time.Time      `json:"deregistered_at"`
@@ -175,6 +247,7 @@ func serverJSON(s persistence.Server) ServerJSON {
 	return ServerJSON{
 		ServerID: s.ServerID, TenantID: s.TenantID, ModuleName: s.ModuleName, Version: s.Version,
 		SupportedProtocols: s.SupportedProtocols, CapabilityAdvertisement: caps, Status: s.Status,
+		Origin: persistence.OriginModule, CatalogueSource: persistence.OriginModule.CatalogueSource(),
 		LastHeartbeatAt: s.LastHeartbeatAt.UTC(), RegisteredAt: s.RegisteredAt.UTC(), DeregisteredAt: dereg, TraceID: s.TraceID,
 	}
 }
@@ -188,6 +261,10 @@ func fleetError(err error) error {
 		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
 	case errors.Is(err, actors.ErrUnavailable):
 		return unavailable("the request could not be made durable right now; nothing was recorded: retry", 2*time.Second, err)
+	case errors.Is(err, persistence.ErrNotOwned):
+		return notOwned("an administrator configured a server under this module_name: only an admin key may re-register it")
+	case errors.Is(err, persistence.ErrServerLimit):
+		return problem(http.StatusForbidden, "server_limit_reached", "this tenant has as many servers as its limit allows (MCPFLEET_MAX_SERVERS_PER_TENANT; deregistered servers count): nothing was recorded")
 	}
 	return internalError(err)
 }
@@ -198,12 +275,15 @@ func (s *Server) register(c *gin.Context) error {
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
 	}
-	req, err := body.validate()
+	req, err := body.validate(s.limits)
 	if err != nil {
 		return err
 	}
+	if !p.MayAct(persistence.ActRegister, req.ModuleName, persistence.OriginModule) {
+		return notOwned("this API key is bound to other module names than " + req.ModuleName)
+	}
 	ctx := c.Request.Context()
-	req.TenantID = p.TenantID
+	req.TenantID, req.ByKey, req.ByAdmin = p.TenantID, p.KeyID, p.Role == persistence.RoleAdmin
 	req.Trace = telemetry.CarrierFrom(ctx)
 	if body.Endpoint != "" {
 		if req.Endpoint, err = s.checkEndpoint(ctx, p, body.ModuleName, body.Endpoint); err != nil {
@@ -249,6 +329,9 @@ func (s *Server) heartbeat(c *gin.Context) error {
 		return err
 	}
 	ctx := c.Request.Context()
+	if err := s.authorizeOn(ctx, p, persistence.ActHeartbeat, id); err != nil {
+		return err
+	}
 	res, err := s.fleet.Heartbeat(ctx, p.TenantID, id, telemetry.CarrierFrom(ctx))
 	if err != nil {
 		return fleetError(err)
@@ -264,6 +347,9 @@ func (s *Server) deregister(c *gin.Context) error {
 		return err
 	}
 	ctx := c.Request.Context()
+	if err := s.authorizeOn(ctx, p, persistence.ActDeregister, id); err != nil {
+		return err
+	}
 	srv, err := s.fleet.Deregister(ctx, p.TenantID, id, telemetry.CarrierFrom(ctx))
 	if err != nil {
 		return fleetError(err)
@@ -379,6 +465,13 @@ type SkillJSON struct {
 	Orphaned    bool            `json:"orphaned"`
 	OrphanedAt  *time.Time      `json:"orphaned_at"`
 	UpdatedAt   time.Time       `json:"updated_at"`
+	// Annotations are the tool's MCP annotations (null: none).
+	Annotations json.RawMessage `json:"annotations"`
+	// ChangedAt is set when a re-registration or re-import changed the tool's definition, which disabled
+	// it; PreviousDefinition is the definition before ({description, input_schema, annotations}). Both
+	// are null again once an operator enables the tool (approving the new definition).
+	ChangedAt          *time.Time      `json:"changed_at"`
+	PreviousDefinition json.RawMessage `json:"previous_definition"`
 	// ServerEnabled is the server's enabled flag; Callable is enabled && available && server enabled.
 	ServerEnabled bool `json:"server_enabled"`
 	Callable      bool `json:"callable"`

@@ -282,6 +282,8 @@ type Tool struct {
 	// JSON: key order and number spelling may differ, values do not).
 	// Normalise it with toolschema.Normalize before use.
 	InputSchema json.RawMessage
+	// Annotations are the tool's annotations as the server sent them (re-encoded JSON), nil for none.
+	Annotations json.RawMessage
 }
 
 // Catalogue is a server's complete tool list.
@@ -529,6 +531,13 @@ func convertTool(t *mcp.Tool) (Tool, error) {
 	out := Tool{Name: t.Name, Title: t.Title, Description: t.Description}
 	if out.Title == "" && t.Annotations != nil {
 		out.Title = t.Annotations.Title
+	}
+	if t.Annotations != nil {
+		b, err := json.Marshal(t.Annotations)
+		if err != nil {
+			return Tool{}, fmt.Errorf("encoding annotations of %q: %w", t.Name, err)
+		}
+		out.Annotations = b
 	}
 	if t.InputSchema != nil {
 		b, err := json.Marshal(t.InputSchema)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +59,22 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	return errs
 }
 
+// withServerLimit makes st also set, for the rest of its transaction, the servers-per-tenant limit the
+// mcp_servers_count trigger (migration 0010) reads.
+func (s *Store) withServerLimit(st *tenantStep) {
+	queue, read := st.queue, st.read
+	st.queue = func(b *pgx.Batch) {
+		b.Queue("SELECT set_config('mcpfleet.max_servers_per_tenant', $1, true)", strconv.Itoa(s.maxServers))
+		queue(b)
+	}
+	st.read = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("set limits: %w", err)
+		}
+		return read(br)
+	}
+}
+
 // commitGroup applies cmds, the commands of ctx's Commit from index first on, in one transaction.
 func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) error {
 	spans := s.startApply(ctx, first, cmds)
@@ -80,6 +98,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) erro
 		}
 		return first0.read(br)
 	}
+	s.withServerLimit(&steps[0])
 	err := inTenantBatch(ctx, s.pool, steps)
 	for _, span := range spans {
 		if span != nil {
@@ -137,8 +156,14 @@ func KindForTransition(to health.Status) AuditKind {
 
 // RegisterCmd registers a server, or re-registers the server already registered under
 // (TenantID, ModuleName), which keeps its server_id and revives it if it was deregistered. The
-// advertised tools are upserted (new ones disabled, kept ones keep their enabled flag, vanished ones
-// orphaned) and an mcp.server.registered audit event is written, all in one transaction.
+// advertised tools are upserted (new ones disabled, kept ones keep their enabled flag unless their
+// definition changed, vanished ones orphaned) and an mcp.server.registered audit event is written, all in
+// one transaction.
+//
+// Ownership is enforced here, in SQL: only an admin key (ByAdmin) may re-register a server an
+// administrator configured (OriginAdmin), and even then its catalogue and endpoint are left alone (they
+// belong to the import and to PATCH); otherwise Read returns ErrNotOwned and nothing is written. A new
+// server past the tenant's server limit is refused with ErrServerLimit (see Options).
 type RegisterCmd struct {
 	EventID      uuid.UUID // audit event id; also makes the command idempotent
 	ServerID     uuid.UUID // the id to use if the server is new
@@ -153,23 +178,32 @@ type RegisterCmd struct {
 	Endpoint string
 	TraceID  string
 	At       time.Time
+	// ByKey is the API key registering (recorded with a tool change); ByAdmin says it is an admin key.
+	ByKey   uuid.UUID
+	ByAdmin bool
 
 	// Results, set by Apply.
 	Server  Server
 	Created bool
 	From    health.Status // the status before, if not Created
+	// ChangedTools counts advertised tools whose definition changed; DisabledTools those of them that
+	// were enabled and are now disabled until an operator enables them again.
+	ChangedTools, DisabledTools int64
 }
 
 // Tenant implements Command.
 func (c *RegisterCmd) Tenant() uuid.UUID { return c.TenantID }
 
-// Queue implements Command: one statement upserts the server, reads its previous status and appends
-// the audit event; two more upsert and orphan the advertised skills.
+// Queue implements Command: one statement reads whether the module name is an administrator's server,
+// one upserts the server (unless refused), reads its previous status and appends the audit event; two
+// more write the advertised tools, and one the endpoint.
 func (c *RegisterCmd) Queue(b *pgx.Batch) {
 	var caps any
 	if len(c.Capabilities) > 0 {
 		caps = string(c.Capabilities)
 	}
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM mcp_servers m JOIN server_config c ON c.server_id = m.server_id
+		WHERE m.tenant_id = $1 AND m.module_name = $2 AND c.origin = 'admin')`, c.TenantID, c.ModuleName)
 	b.Queue(`WITH prev AS (
 			SELECT status FROM mcp_servers WHERE tenant_id = $2 AND module_name = $3
 		), up AS (
@@ -180,6 +214,7 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 				supported_protocols = EXCLUDED.supported_protocols, capability_advertisement = EXCLUDED.capability_advertisement,
 				status = 'healthy', last_heartbeat_at = greatest(mcp_servers.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
 				deregistered_at = NULL
+			WHERE $10 OR NOT EXISTS (SELECT 1 FROM server_config c WHERE c.server_id = mcp_servers.server_id AND c.origin = 'admin')
 			RETURNING `+serverColumns+`, (xmax = 0) AS inserted
 		), audit AS (
 			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
@@ -188,8 +223,9 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 			ON CONFLICT (event_id) DO NOTHING
 		)
 		SELECT up.*, coalesce((SELECT status FROM prev), '') FROM up`,
-		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID, c.EventID)
-	queueSkillUpsert(b, c.TenantID, c.ModuleName, c.Tools, true, c.At)
+		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID, c.EventID, c.ByAdmin)
+	queueSkillUpsert(b, catalogueWrite{TenantID: c.TenantID, ModuleName: c.ModuleName, Origin: OriginModule,
+		Tools: c.Tools, Available: true, By: c.ByKey, TraceID: c.TraceID, At: c.At})
 	if c.Endpoint != "" {
 		queueRegisteredEndpoint(b, c.TenantID, c.ModuleName, c.Endpoint, c.At)
 	}
@@ -197,19 +233,29 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 
 // Read implements Command.
 func (c *RegisterCmd) Read(br pgx.BatchResults) error {
+	var adminOwned bool
+	if err := br.QueryRow().Scan(&adminOwned); err != nil {
+		return fmt.Errorf("register: %w", translate(err))
+	}
 	var s Server
 	var status, prev string
 	var inserted bool
-	if err := br.QueryRow().Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
+	err := br.QueryRow().Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
 		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID,
-		&inserted, &prev); err != nil {
+		&inserted, &prev)
+	if errors.Is(err, pgx.ErrNoRows) && adminOwned {
+		return fmt.Errorf("register: module %q: %w", c.ModuleName, ErrNotOwned)
+	}
+	if err != nil {
 		return fmt.Errorf("register: %w", translate(err))
 	}
 	s.Status = health.Status(status)
 	c.Server, c.Created, c.From = s, inserted, health.Status(prev)
-	if _, err := readSkillUpsert(br); err != nil {
+	res, err := readSkillUpsert(br)
+	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
+	c.ChangedTools, c.DisabledTools = res.Changed, res.Disabled
 	if c.Endpoint != "" {
 		if err := readRegisteredEndpoint(br); err != nil {
 			return fmt.Errorf("register: %w", err)

@@ -49,6 +49,8 @@ type ServerConfig struct {
 	ServerID uuid.UUID
 	TenantID uuid.UUID
 	Stored   bool // false: the server has no row yet
+	// Origin is who created the server (OriginModule for a server without a row); it never changes.
+	Origin Origin
 
 	Endpoint       string // "" when none is known
 	AuthMode       string // verbatim, see AuthMode*
@@ -79,24 +81,26 @@ type ServerConfig struct {
 func DefaultServerConfig(tenantID, serverID uuid.UUID) ServerConfig {
 	return ServerConfig{
 		ServerID: serverID, TenantID: tenantID, RequiresApproval: true, Enabled: true,
-		Liveness: LivenessPush, ImportStatus: ImportNever,
+		Liveness: LivenessPush, ImportStatus: ImportNever, Origin: OriginModule,
 	}
 }
 
 const configColumns = `c.server_id, c.tenant_id, coalesce(c.endpoint, ''), c.auth_mode, c.auth_header_name, c.credential,
 	coalesce(c.data_class, ''), c.requires_approval, c.enabled, c.liveness, c.import_status, coalesce(c.import_error, ''),
 	c.last_imported, c.tool_count, coalesce(c.catalogue_ttl_ms, 0), c.catalogue_fresh_until, c.last_contact,
-	c.last_latency_ms, c.updated_at`
+	c.last_latency_ms, c.updated_at, c.origin`
 
 // scanConfig scans configColumns, then extra.
 func scanConfig(row pgx.Row, extra ...any) (ServerConfig, error) {
 	var c ServerConfig
 	var ttlMS int64
 	var updated time.Time
+	var origin string
 	dest := append([]any{&c.ServerID, &c.TenantID, &c.Endpoint, &c.AuthMode, &c.AuthHeaderName, &c.Credential,
 		&c.DataClass, &c.RequiresApproval, &c.Enabled, &c.Liveness, &c.ImportStatus, &c.ImportError,
-		&c.LastImported, &c.ToolCount, &ttlMS, &c.CatalogueFreshUntil, &c.LastContact, &c.LastLatencyMS, &updated}, extra...)
+		&c.LastImported, &c.ToolCount, &ttlMS, &c.CatalogueFreshUntil, &c.LastContact, &c.LastLatencyMS, &updated, &origin}, extra...)
 	err := row.Scan(dest...)
+	c.Origin = Origin(origin)
 	c.Stored = true
 	c.CatalogueTTL = time.Duration(ttlMS) * time.Millisecond
 	c.UpdatedAt = &updated
@@ -198,8 +202,8 @@ func (c *ConfigureCmd) Queue(b *pgx.Batch) {
 		WHERE server_id = $1 AND tenant_id = $2 AND module_name = $3 AND NOT EXISTS (SELECT 1 FROM ins)`,
 		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.At, c.TraceID, c.EventID)
 	b.Queue(`INSERT INTO server_config (server_id, tenant_id, endpoint, auth_mode, auth_header_name, credential,
-			data_class, requires_approval, enabled, liveness, created_at, updated_at)
-		SELECT server_id, tenant_id, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8, $9, $10, $11, $11
+			data_class, requires_approval, enabled, liveness, created_at, updated_at, origin)
+		SELECT server_id, tenant_id, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8, $9, $10, $11, $11, 'admin'
 		FROM mcp_servers WHERE server_id = $1 AND tenant_id = $2
 		ON CONFLICT (server_id) DO NOTHING`,
 		c.ServerID, c.TenantID, k.Endpoint, k.AuthMode, k.AuthHeaderName, k.Credential, k.DataClass,
@@ -224,13 +228,15 @@ func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
 
 // queueRegisteredEndpoint queues the statement that stores the endpoint a module gave at registration,
 // for the server registered under (tenantID, moduleName) by the statements before it. It never replaces
-// the endpoint of a server that has a credential configured: a module key must not be able to send an
-// administrator's credential somewhere else. readRegisteredEndpoint reads its result.
+// the endpoint of a server that has a credential configured, nor of an administrator's server: a module
+// key must not be able to send an administrator's credential, or calls, somewhere else.
+// readRegisteredEndpoint reads its result.
 func queueRegisteredEndpoint(b *pgx.Batch, tenantID uuid.UUID, moduleName, endpoint string, at time.Time) {
 	b.Queue(`INSERT INTO server_config (server_id, tenant_id, endpoint, created_at, updated_at)
 		SELECT server_id, tenant_id, $3, $4, $4 FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2
 		ON CONFLICT (server_id) DO UPDATE SET endpoint = EXCLUDED.endpoint, updated_at = EXCLUDED.updated_at
-		WHERE server_config.credential IS NULL AND server_config.endpoint IS DISTINCT FROM EXCLUDED.endpoint`,
+		WHERE server_config.credential IS NULL AND server_config.origin = 'module'
+		  AND server_config.endpoint IS DISTINCT FROM EXCLUDED.endpoint`,
 		tenantID, moduleName, endpoint, at)
 }
 
@@ -316,23 +322,32 @@ func (s *Store) RecordImportFailure(ctx context.Context, tenantID, serverID uuid
 
 // SkillChanges counts what an import did to a server's skills: tools that were not in its current
 // catalogue (Added; a previously orphaned tool that reappears counts here and keeps its enabled flag),
-// tools that stay (Kept, with their enabled flag) and tools that vanished (Orphaned).
+// tools that stay (Kept, with their enabled flag) and tools that vanished (Orphaned). Changed counts the
+// tools whose definition changed, Disabled those of them that were enabled and are now disabled.
 type SkillChanges struct {
 	Added, Kept, Orphaned int
+	Changed, Disabled     int
 }
 
 // ApplyImport writes an imported catalogue in one transaction: the tools through the same upsert as a
-// registration's advertised tools (new ones disabled, kept ones keep their enabled flag, vanished ones
-// orphaned; available only while the server is healthy or degraded), and the import outcome —
+// registration's advertised tools (new ones disabled, kept ones keep their enabled flag unless their
+// definition changed, vanished ones orphaned; available only while the server is healthy or degraded;
+// a change is recorded with by, the key importing, and traceID), and the import outcome —
 // succeeded, no error, last_imported = at, tool_count, and the cache hint (ttl 0: none) with the
 // freshness it gives. The server's row is share-locked so a concurrent status transition commits either
-// before (and the tools get its availability) or after (and its cascade covers them).
-func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []Tool, ttl time.Duration, at time.Time) (SkillChanges, error) {
+// before (and the tools get its availability) or after (and its cascade covers them). A self-registered
+// server's catalogue is its advertisement: ErrCatalogueSource, nothing written.
+func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []Tool, ttl time.Duration, at time.Time, by uuid.UUID, traceID string) (SkillChanges, error) {
 	var ch SkillChanges
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		var module, status string
-		if err := tx.QueryRow(ctx, `SELECT module_name, status FROM mcp_servers WHERE server_id = $1 FOR SHARE`, serverID).Scan(&module, &status); err != nil {
+		var module, status, origin string
+		if err := tx.QueryRow(ctx, `SELECT m.module_name, m.status, coalesce(c.origin, 'module')
+			FROM mcp_servers m LEFT JOIN server_config c ON c.server_id = m.server_id
+			WHERE m.server_id = $1 FOR SHARE OF m`, serverID).Scan(&module, &status, &origin); err != nil {
 			return translate(err)
+		}
+		if Origin(origin) != OriginAdmin {
+			return ErrCatalogueSource
 		}
 		rows, err := tx.Query(ctx, `SELECT name FROM skill_registry WHERE server_id = $1 AND orphaned_at IS NULL FOR UPDATE`, serverID)
 		if err != nil {
@@ -354,7 +369,8 @@ func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, t
 			}
 		}
 		b := &pgx.Batch{}
-		queueSkillUpsert(b, tenantID, module, tools, health.Status(status).Available(), at)
+		queueSkillUpsert(b, catalogueWrite{TenantID: tenantID, ModuleName: module, Origin: OriginAdmin, Tools: tools,
+			Available: health.Status(status).Available(), By: by, TraceID: traceID, At: at})
 		var ttlMS, fresh any
 		if ttl > 0 {
 			ttlMS, fresh = ttl.Milliseconds(), at.Add(ttl)
@@ -363,12 +379,12 @@ func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, t
 				tool_count = $3, catalogue_ttl_ms = $4, catalogue_fresh_until = $5
 			WHERE server_id = $1`, serverID, at, len(tools), ttlMS, fresh)
 		br := tx.SendBatch(ctx, b)
-		orphaned, err := readSkillUpsert(br)
+		res, err := readSkillUpsert(br)
 		if err != nil {
 			br.Close()
 			return err
 		}
-		ch.Orphaned = int(orphaned)
+		ch.Orphaned, ch.Changed, ch.Disabled = int(res.Orphaned), int(res.Changed), int(res.Disabled)
 		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
@@ -387,15 +403,18 @@ func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, t
 }
 
 // SetSkillEnabled switches one skill of tenantID on or off and returns it with its server's enabled
-// flag (true for a server without configuration). It returns ErrNotFound for an unknown skill or
-// another tenant's.
+// flag (true for a server without configuration). Enabling a changed tool is the operator's approval of
+// its new definition: it clears changed_at and previous_definition (the change stays in tool_changes).
+// It returns ErrNotFound for an unknown skill or another tenant's.
 func (s *Store) SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool, at time.Time) (Skill, bool, error) {
 	var k Skill
 	var serverEnabled bool
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
 		var err error
 		k, err = scanSkill(tx.QueryRow(ctx, `UPDATE skill_registry SET enabled = $2,
-				updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE $3 END
+				updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE $3 END,
+				changed_at = CASE WHEN $2 THEN NULL ELSE changed_at END,
+				previous_definition = CASE WHEN $2 THEN NULL ELSE previous_definition END
 			WHERE skill_id = $1 RETURNING `+skillColumns, skillID, enabled, at))
 		if err != nil {
 			return translate(err)

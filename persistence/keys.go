@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -38,7 +39,28 @@ type Principal struct {
 	KeyID    uuid.UUID
 	TenantID uuid.UUID
 	Role     Role
+	// Modules are the module names a module key is bound to (apikey create --module); empty for an
+	// unbound key and for every other role. See MayAct.
+	Modules ModuleNames
 }
+
+// ModuleNames is a set of module names kept as one string (the names joined by ",", which a module name
+// cannot contain), so that a Principal stays comparable.
+type ModuleNames string
+
+// NewModuleNames returns the set of names.
+func NewModuleNames(names []string) ModuleNames { return ModuleNames(strings.Join(names, ",")) }
+
+// List returns the names, nil for none.
+func (m ModuleNames) List() []string {
+	if m == "" {
+		return nil
+	}
+	return strings.Split(string(m), ",")
+}
+
+// Contains reports whether name is one of the names.
+func (m ModuleNames) Contains(name string) bool { return m != "" && slices.Contains(m.List(), name) }
 
 // apiKeyPrefix starts every key, so a leaked key is recognisable by secret scanners.
 const apiKeyPrefix = "mcpf_"
@@ -72,7 +94,8 @@ func WellFormedAPIKey(key string) bool {
 func (s *Store) LookupKey(ctx context.Context, hash []byte) (Principal, error) {
 	var p Principal
 	var role string
-	err := s.pool.QueryRow(ctx, `SELECT key_id, tenant_id, role FROM auth_lookup_key($1)`, hash).Scan(&p.KeyID, &p.TenantID, &role)
+	var modules []string
+	err := s.pool.QueryRow(ctx, `SELECT key_id, tenant_id, role, modules FROM auth_lookup_key($1)`, hash).Scan(&p.KeyID, &p.TenantID, &role, &modules)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrNotFound
 	}
@@ -80,5 +103,6 @@ func (s *Store) LookupKey(ctx context.Context, hash []byte) (Principal, error) {
 		return Principal{}, fmt.Errorf("lookup key: %w", err)
 	}
 	p.Role = Role(role)
+	p.Modules = NewModuleNames(modules)
 	return p, nil
 }

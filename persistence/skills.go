@@ -22,6 +22,12 @@ type Skill struct {
 	Available   bool
 	OrphanedAt  *time.Time
 	UpdatedAt   time.Time
+	Annotations json.RawMessage // nil when the tool declares none
+	// ChangedAt is set when a re-registration or a re-import changed the tool's definition (which
+	// disabled it); PreviousDefinition is the definition before that change ({description,
+	// input_schema, annotations}). Both are cleared when an operator enables the tool again.
+	ChangedAt          *time.Time
+	PreviousDefinition json.RawMessage
 }
 
 // Tool is a tool as a server advertises it (the MCP tool shape).
@@ -29,14 +35,16 @@ type Tool struct {
 	Name        string
 	Description string
 	InputSchema json.RawMessage
+	Annotations json.RawMessage // nil or a JSON object
 }
 
-const skillColumns = `skill_id, tenant_id, server_id, name, description, input_schema, enabled, available, orphaned_at, updated_at`
+const skillColumns = `skill_id, tenant_id, server_id, name, description, input_schema, enabled, available, orphaned_at, updated_at,
+	annotations, changed_at, previous_definition`
 
 func scanSkill(row pgx.Row) (Skill, error) {
 	var k Skill
 	err := row.Scan(&k.SkillID, &k.TenantID, &k.ServerID, &k.Name, &k.Description, &k.InputSchema,
-		&k.Enabled, &k.Available, &k.OrphanedAt, &k.UpdatedAt)
+		&k.Enabled, &k.Available, &k.OrphanedAt, &k.UpdatedAt, &k.Annotations, &k.ChangedAt, &k.PreviousDefinition)
 	return k, err
 }
 
@@ -57,45 +65,106 @@ func (s *Store) ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([
 	return out, nil
 }
 
-// queueSkillUpsert queues the statements that write a server's advertised tools: new ones start
-// disabled, existing ones keep their enabled flag and become available (if available is true), vanished
-// ones are orphaned (kept, marked, unavailable). The server is found by (tenant, module name), so the
-// statements can follow its upsert in the same batch. readSkillUpsert reads their results.
-func queueSkillUpsert(b *pgx.Batch, tenantID uuid.UUID, moduleName string, tools []Tool, available bool, at time.Time) {
-	names := make([]string, len(tools))
-	descs := make([]string, len(tools))
-	schemas := make([]string, len(tools))
-	for i, t := range tools {
+// catalogueWrite is one write of a server's catalogue by its owning source: the server is found by
+// (TenantID, ModuleName) and written only if its origin is Origin, so a registration never writes an
+// administrator's catalogue and an import never writes a self-registered one.
+type catalogueWrite struct {
+	TenantID   uuid.UUID
+	ModuleName string
+	Origin     Origin
+	Tools      []Tool
+	Available  bool // the availability of kept and new tools
+	By         uuid.UUID
+	TraceID    string
+	At         time.Time
+}
+
+// queueSkillUpsert queues the statements that write a server's tools: new ones start disabled, kept
+// ones keep their enabled flag and become available (if Available) — unless their definition
+// (description, input schema, annotations) changed, which disables them, records the old definition on
+// the skill and appends the change to tool_changes (a changed tool is a new tool) — and vanished ones
+// are orphaned (kept, marked, unavailable). The statements can follow the server's upsert in the same
+// batch. readSkillUpsert reads their results.
+func queueSkillUpsert(b *pgx.Batch, w catalogueWrite) {
+	names := make([]string, len(w.Tools))
+	descs := make([]string, len(w.Tools))
+	schemas := make([]string, len(w.Tools))
+	anns := make([]string, len(w.Tools))
+	for i, t := range w.Tools {
 		names[i], descs[i] = t.Name, t.Description
 		schemas[i] = "{}"
 		if len(t.InputSchema) > 0 && string(t.InputSchema) != "null" {
 			schemas[i] = string(t.InputSchema)
 		}
+		if len(t.Annotations) > 0 && string(t.Annotations) != "null" {
+			anns[i] = string(t.Annotations)
+		}
 	}
-	b.Queue(`INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, description, input_schema, enabled, available, created_at, updated_at)
-		SELECT gen_random_uuid(), $1, m.server_id, t.name, t.descr, t.schema::jsonb, false, $6, $7, $7
-		FROM mcp_servers m, unnest($3::text[], $4::text[], $5::text[]) AS t(name, descr, schema)
-		WHERE m.tenant_id = $1 AND m.module_name = $2
-		ON CONFLICT (server_id, name) DO UPDATE SET description = EXCLUDED.description,
-			input_schema = EXCLUDED.input_schema, available = $6, orphaned_at = NULL, updated_at = $7`,
-		tenantID, moduleName, names, descs, schemas, available, at)
+	var by any
+	if w.By != uuid.Nil {
+		by = w.By
+	}
+	b.Queue(`WITH srv AS (
+			SELECT m.server_id FROM mcp_servers m
+			WHERE m.tenant_id = $1 AND m.module_name = $2
+			  AND coalesce((SELECT c.origin FROM server_config c WHERE c.server_id = m.server_id), 'module') = $9
+		), t AS (
+			SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS t(name, descr, schema, ann)
+		), changed AS (
+			SELECT k.skill_id, k.tenant_id, k.server_id, k.name, k.enabled,
+				jsonb_build_object('description', k.description, 'input_schema', k.input_schema, 'annotations', k.annotations) AS old_def,
+				jsonb_build_object('description', t.descr, 'input_schema', t.schema::jsonb, 'annotations', nullif(t.ann, '')::jsonb) AS new_def
+			FROM skill_registry k JOIN srv ON k.server_id = srv.server_id JOIN t ON t.name = k.name
+			WHERE k.description IS DISTINCT FROM t.descr OR k.input_schema IS DISTINCT FROM t.schema::jsonb
+			   OR k.annotations IS DISTINCT FROM nullif(t.ann, '')::jsonb
+		), logged AS (
+			INSERT INTO tool_changes (change_id, tenant_id, server_id, skill_id, name, source, old_definition,
+				new_definition, was_enabled, changed_by, trace_id, changed_at)
+			SELECT gen_random_uuid(), tenant_id, server_id, skill_id, name, $10, old_def, new_def, enabled, $11, nullif($12, ''), $8
+			FROM changed
+		), up AS (
+			INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, description, input_schema, annotations,
+				enabled, available, created_at, updated_at)
+			SELECT gen_random_uuid(), $1, srv.server_id, t.name, t.descr, t.schema::jsonb, nullif(t.ann, '')::jsonb, false, $7, $8, $8
+			FROM srv, t
+			ON CONFLICT (server_id, name) DO UPDATE SET description = EXCLUDED.description,
+				input_schema = EXCLUDED.input_schema, annotations = EXCLUDED.annotations,
+				enabled = skill_registry.enabled AND NOT EXISTS (SELECT 1 FROM changed c WHERE c.skill_id = skill_registry.skill_id),
+				changed_at = coalesce((SELECT $8::timestamptz FROM changed c WHERE c.skill_id = skill_registry.skill_id), skill_registry.changed_at),
+				previous_definition = coalesce((SELECT c.old_def FROM changed c WHERE c.skill_id = skill_registry.skill_id), skill_registry.previous_definition),
+				available = $7, orphaned_at = NULL, updated_at = $8
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM changed WHERE enabled)`,
+		w.TenantID, w.ModuleName, names, descs, schemas, anns, w.Available, w.At, string(w.Origin),
+		w.Origin.CatalogueSource(), by, w.TraceID)
 	b.Queue(`UPDATE skill_registry k SET available = false, orphaned_at = $4, updated_at = $4
 		FROM mcp_servers m
 		WHERE m.tenant_id = $1 AND m.module_name = $2 AND k.server_id = m.server_id
+		  AND coalesce((SELECT c.origin FROM server_config c WHERE c.server_id = m.server_id), 'module') = $5
 		  AND k.orphaned_at IS NULL AND NOT (k.name = ANY($3::text[]))`,
-		tenantID, moduleName, names, at)
+		w.TenantID, w.ModuleName, names, w.At, string(w.Origin))
 }
 
-// readSkillUpsert reads the results of queueSkillUpsert and returns how many skills it orphaned.
-func readSkillUpsert(br pgx.BatchResults) (orphaned int64, err error) {
-	if _, err := br.Exec(); err != nil {
-		return 0, fmt.Errorf("upsert skills: %w", err)
+// catalogueResult is what one queueSkillUpsert did.
+type catalogueResult struct {
+	Changed  int64 // tools whose definition changed
+	Disabled int64 // of those, how many were enabled (and are now disabled)
+	Orphaned int64
+}
+
+// readSkillUpsert reads the results of queueSkillUpsert.
+func readSkillUpsert(br pgx.BatchResults) (catalogueResult, error) {
+	var r catalogueResult
+	if err := br.QueryRow().Scan(&r.Changed, &r.Disabled); err != nil {
+		return r, fmt.Errorf("upsert skills: %w", err)
 	}
 	tag, err := br.Exec()
 	if err != nil {
-		return 0, fmt.Errorf("orphan skills: %w", err)
+		return r, fmt.Errorf("orphan skills: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	r.Orphaned = tag.RowsAffected()
+	return r, nil
 }
 
 // ReconcileSkills makes every skill of tenantID agree with its server's status: available exactly when

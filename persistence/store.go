@@ -42,13 +42,17 @@ type Options struct {
 	// AppName prefixes the application_name reported to the server; each Store adds "#<random>" so
 	// that WaitForPredecessors can tell its own sessions from an earlier process's.
 	AppName string
+	// MaxServersPerTenant caps how many servers (of any status) one tenant may have; a registration or
+	// configuration that would create one more is refused with ErrServerLimit. 0: no limit.
+	MaxServersPerTenant int
 }
 
 // Store is the runtime store. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	appName string       // the full application_name of this store's sessions; "" when none was asked for
-	spans   trace.Tracer // nil: Commit starts no spans
+	pool       *pgxpool.Pool
+	appName    string       // the full application_name of this store's sessions; "" when none was asked for
+	spans      trace.Tracer // nil: Commit starts no spans
+	maxServers int          // Options.MaxServersPerTenant
 }
 
 // Open connects a pool to databaseURL. It does not check the role; see CheckRuntimeRole.
@@ -82,7 +86,7 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{pool: pool, appName: appName, spans: opt.Spans}, nil
+	return &Store{pool: pool, appName: appName, spans: opt.Spans, maxServers: opt.MaxServersPerTenant}, nil
 }
 
 // redactParseError keeps a URL parse error from echoing a password.
@@ -426,6 +430,9 @@ func IsTransient(err error) bool {
 	return true
 }
 
+// serverLimitCode is the SQLSTATE the mcp_servers_count trigger (migration 0010) raises past the limit.
+const serverLimitCode = "MF001"
+
 func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
@@ -433,6 +440,9 @@ func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == serverLimitCode {
+		return fmt.Errorf("%w: %s", ErrServerLimit, pgErr.Message)
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -177,6 +178,9 @@ type ImportReport struct {
 	// successful import left it).
 	ToolCount             int
 	Added, Kept, Orphaned int
+	// Changed tools had a new definition (description, input schema or annotations); Disabled of them
+	// were enabled and are now disabled until an operator enables them again.
+	Changed, Disabled int
 	Skipped               []SkippedTool
 	ImportError           string          // failed only
 	FailureClass          mcpclient.Class // failed only
@@ -198,12 +202,17 @@ var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 // Import reads the whole catalogue of one server of tenantID and writes it: tools whose schema is in
 // the supported subset are upserted (new ones disabled, kept ones keep their enabled flag, vanished
 // ones orphaned), the others are skipped with their reason. A server without a data class is refused
-// before anything is sent (ErrNoDataClass). A far side that fails is recorded (import_status failed,
-// import_error) and answered as a report, not an error.
-func (s *Service) Import(ctx context.Context, tenantID, serverID uuid.UUID) (ImportReport, error) {
+// before anything is sent (ErrNoDataClass), and so is a self-registered server, whose catalogue is its
+// advertisement (persistence.ErrCatalogueSource). A far side that fails is recorded (import_status
+// failed, import_error) and answered as a report, not an error. by is the key importing, recorded with
+// any tool whose definition changed.
+func (s *Service) Import(ctx context.Context, tenantID, serverID, by uuid.UUID) (ImportReport, error) {
 	srv, cfg, err := s.store.GetServerConfig(ctx, tenantID, serverID)
 	if err != nil {
 		return ImportReport{}, err
+	}
+	if cfg.Origin != persistence.OriginAdmin {
+		return ImportReport{}, persistence.ErrCatalogueSource
 	}
 	if cfg.DataClass == "" {
 		return ImportReport{}, ErrNoDataClass
@@ -236,14 +245,17 @@ func (s *Service) Import(ctx context.Context, tenantID, serverID uuid.UUID) (Imp
 		}, nil
 	}
 	tools, skipped := importable(cat)
-	ch, err := s.store.ApplyImport(wctx, tenantID, serverID, tools, cat.TTL, now)
+	if max := s.cfg.MaxToolsPerServer; max > 0 && len(tools) > max {
+		return ImportReport{}, &TooManyToolsError{Tools: len(tools), Max: max}
+	}
+	ch, err := s.store.ApplyImport(wctx, tenantID, serverID, tools, cat.TTL, now, by, telemetry.TraceID(ctx))
 	if err != nil {
 		return ImportReport{}, err
 	}
 	at, latency := rec.contact()
 	rep := ImportReport{
 		ImportStatus: persistence.ImportSucceeded, ToolCount: len(tools), Added: ch.Added, Kept: ch.Kept,
-		Orphaned: ch.Orphaned, Skipped: skipped, LastImported: now, CatalogueTTL: cat.TTL,
+		Orphaned: ch.Orphaned, Changed: ch.Changed, Disabled: ch.Disabled, Skipped: skipped, LastImported: now, CatalogueTTL: cat.TTL,
 		LastContact: at, LastContactLatencyMS: latency.Milliseconds(),
 	}
 	if cat.TTL > 0 {
@@ -273,8 +285,12 @@ func importable(cat mcpclient.Catalogue) ([]persistence.Tool, []SkippedTool) {
 		case len(t.Description) > maxDescription:
 			skipped = append(skipped, SkippedTool{Name: t.Name,
 				Reason: fmt.Sprintf("the tool description is longer than %d bytes", maxDescription)})
+		case strings.ContainsRune(t.Description, 0) || bytes.Contains(t.Schema, []byte(`\u0000`)) || bytes.Contains(t.Annotations, []byte(`\u0000`)):
+			// PostgreSQL text and jsonb cannot hold a NUL character (a false positive, an escaped
+			// backslash before "u0000", only skips a tool that has one).
+			skipped = append(skipped, SkippedTool{Name: t.Name, Reason: "the tool definition contains a NUL character"})
 		default:
-			tools = append(tools, persistence.Tool{Name: t.Name, Description: t.Description, InputSchema: t.Schema})
+			tools = append(tools, persistence.Tool{Name: t.Name, Description: t.Description, InputSchema: t.Schema, Annotations: t.Annotations})
 		}
 	}
 	return tools, skipped

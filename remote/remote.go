@@ -93,7 +93,7 @@ type Store interface {
 	UpdateServerConfig(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, edit func(*persistence.ServerConfig) error) (persistence.Server, persistence.ServerConfig, error)
 	RecordContact(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, latency time.Duration) error
 	RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time) error
-	ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []persistence.Tool, ttl time.Duration, at time.Time) (persistence.SkillChanges, error)
+	ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []persistence.Tool, ttl time.Duration, at time.Time, by uuid.UUID, traceID string) (persistence.SkillChanges, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool, at time.Time) (persistence.Skill, bool, error)
 	ProbeTargets(ctx context.Context) ([]persistence.ProbeTarget, error)
 	LegacyCredentials(ctx context.Context) ([]persistence.LegacyCredential, error)
@@ -126,6 +126,16 @@ type Config struct {
 	ProbeConcurrency int
 	// ClientVersion is sent in clientInfo.
 	ClientVersion string
+	// MaxToolsPerServer caps the tools an import may write (MCPFLEET_MAX_TOOLS_PER_SERVER); a larger
+	// catalogue is refused whole (*TooManyToolsError), never trimmed. 0: no limit.
+	MaxToolsPerServer int
+}
+
+// TooManyToolsError refuses an import whose catalogue has more importable tools than the limit.
+type TooManyToolsError struct{ Tools, Max int }
+
+func (e *TooManyToolsError) Error() string {
+	return fmt.Sprintf("the catalogue has %d importable tools, more than the limit of %d per server", e.Tools, e.Max)
 }
 
 // Deps are the service's collaborators.

@@ -64,6 +64,11 @@ type Config struct {
 	EventStreamsPerKey    int           // MCPFLEET_EVENT_STREAMS_PER_KEY: default 8, at most EventStreamsPerTenant
 	EventPollInterval     time.Duration // MCPFLEET_EVENT_POLL_INTERVAL: how often a stream looks for events, default 1s
 
+	// Registration limits (zero takes the default; see limits.go).
+	MaxServersPerTenant   int // MCPFLEET_MAX_SERVERS_PER_TENANT: servers of any status in one tenant, default 500,000
+	MaxToolsPerServer     int // MCPFLEET_MAX_TOOLS_PER_SERVER: tools one server may advertise or import, default 500
+	MaxAdvertisementBytes int // MCPFLEET_MAX_ADVERTISEMENT_BYTES: size of a capability advertisement, default 256 KiB, at most 1 MiB
+
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
@@ -116,7 +121,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c.apiLimitsFromEnv(e)
 	c.mcpFromEnv(e)
 	c.eventsFromEnv(e)
-	return c, e.Err()
+	return c, errors.Join(e.Err(), errors.Join(c.limitsFromEnv(getenv)...))
 }
 
 // Validate checks the settings serve needs.
@@ -170,5 +175,6 @@ func (c *Config) apiLimitsFromEnv(e *config.Env) {
 func (c Config) apiConfig() httpapi.Config {
 	return httpapi.Config{HeartbeatInterval: c.HeartbeatInterval, ListAdvertisementLimit: c.ListAdvertisementLimit,
 		Auth: httpapi.AuthConfig{KeyCacheSize: c.KeyCacheSize, FailureBurst: c.AuthFailureBurst, FailureRate: c.AuthFailureRate,
-			ThrottledAddresses: c.AuthThrottledAddresses}, Events: c.eventStreamConfig()}
+			ThrottledAddresses: c.AuthThrottledAddresses}, Events: c.eventStreamConfig(),
+		MaxToolsPerServer: c.MaxToolsPerServer, MaxAdvertisementBytes: c.MaxAdvertisementBytes}
 }

@@ -66,6 +66,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withLimitDefaults()
 	log := newLogger(cfg, opt)
 	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}
 	defer func() {
@@ -82,7 +83,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 		return nil, err
 	}
 	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Tracer: s.pgxTracer(opt),
-		Spans: s.tracing.Tracer})
+		Spans: s.tracing.Tracer, MaxServersPerTenant: cfg.MaxServersPerTenant})
 	if err != nil {
 		return nil, err
 	}

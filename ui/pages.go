@@ -496,7 +496,7 @@ func (u *UI) importCatalogue(c *gin.Context, s *session) {
 		return
 	}
 	ctx := c.Request.Context()
-	rep, err := u.deps.Remote.Import(ctx, s.p.TenantID, id)
+	rep, err := u.deps.Remote.Import(ctx, s.p.TenantID, id, s.p.KeyID)
 	if err != nil {
 		status, msg := u.remoteProblem(ctx, err)
 		if status == http.StatusNotFound {

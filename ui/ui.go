@@ -62,7 +62,7 @@ type Store interface {
 type Remote interface {
 	Describe(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]remote.Description, error)
 	TestConnection(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ConnectionReport, error)
-	Import(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ImportReport, error)
+	Import(ctx context.Context, tenantID, serverID, by uuid.UUID) (remote.ImportReport, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool) (remote.SkillState, error)
 	Update(ctx context.Context, tenantID, serverID uuid.UUID, in remote.PatchInput) (remote.Server, error)
 }

@@ -35,8 +35,12 @@ commands:
   serve                                    run the service (MCPFLEET_DATABASE_URL, MCPFLEET_HTTP_ADDR, ...)
   migrate                                  apply the schema over MCPFLEET_ADMIN_DATABASE_URL
   tenant create --name NAME                create a tenant; prints {"tenant_id": ...}
-  apikey create --tenant ID --role ROLE    create an API key (role: module, operator, admin);
-                                           prints {"key_id", "api_key", "role"}
+  apikey create --tenant ID --role ROLE [--module NAME ...]
+                                           create an API key (role: module, operator, admin; --module
+                                           binds a module key to a module name, repeatable);
+                                           prints {"key_id", "api_key", "role", "modules"}
+  apikey list --tenant ID                  list a tenant's keys (no secrets), revoked ones included
+  apikey revoke --key-id ID                revoke a key (it stops working within 30 s)
   demo                                     find or start PostgreSQL, migrate, create a demo tenant and keys,
                                            serve, and run demo MCP servers that register and heartbeat
 
@@ -165,15 +169,47 @@ func cmdTenant(ctx context.Context, cfg service.Config, args []string, stdout, s
 	return writeJSON(stdout, map[string]any{"tenant_id": id})
 }
 
+const apikeyUsage = `usage: mcpfleet apikey create --tenant ID --role module|operator|admin [--module NAME ...]
+       mcpfleet apikey list --tenant ID
+       mcpfleet apikey revoke --key-id ID`
+
 func cmdAPIKey(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "create" {
-		return usageError{"usage: mcpfleet apikey create --tenant ID --role module|operator|admin"}
+	if len(args) == 0 {
+		return usageError{apikeyUsage}
 	}
+	switch args[0] {
+	case "create":
+		return cmdAPIKeyCreate(ctx, cfg, args[1:], stdout, stderr)
+	case "list":
+		return cmdAPIKeyList(ctx, cfg, args[1:], stdout, stderr)
+	case "revoke":
+		return cmdAPIKeyRevoke(ctx, cfg, args[1:], stdout, stderr)
+	}
+	return usageError{fmt.Sprintf("apikey: unknown subcommand %q\n%s", args[0], apikeyUsage)}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// openAdmin checks the owner connection is configured and opens it.
+func openAdmin(ctx context.Context, cfg service.Config) (*persistence.Admin, error) {
+	if err := requireAdminURL(cfg); err != nil {
+		return nil, err
+	}
+	return persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+}
+
+func cmdAPIKeyCreate(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("apikey create", stderr)
 	adminURL(fs, &cfg)
 	tenant := fs.String("tenant", "", "tenant id")
 	role := fs.String("role", "", "module, operator or admin")
-	if err := parse(fs, args[1:]); err != nil {
+	var modules stringList
+	fs.Var(&modules, "module", "bind a module key to this module name (repeatable; none: unbound)")
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	tid, err := uuid.Parse(*tenant)
@@ -184,15 +220,20 @@ func cmdAPIKey(ctx context.Context, cfg service.Config, args []string, stdout, s
 	if err != nil {
 		return usageError{"apikey create: --role: " + err.Error()}
 	}
-	if err := requireAdminURL(cfg); err != nil {
-		return err
+	if len(modules) > 0 && r != persistence.RoleModule {
+		return usageError{"apikey create: --module binds module keys only: use it with --role module"}
 	}
-	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
+	for _, m := range modules {
+		if err := persistence.ValidModuleName(m); err != nil {
+			return usageError{fmt.Sprintf("apikey create: --module %q: %v", m, err)}
+		}
+	}
+	admin, err := openAdmin(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	key, err := admin.CreateAPIKey(ctx, tid, r)
+	key, err := admin.CreateAPIKey(ctx, tid, r, modules...)
 	if errors.Is(err, persistence.ErrNotFound) {
 		return fmt.Errorf("apikey create: no tenant %s", tid)
 	}
@@ -200,6 +241,61 @@ func cmdAPIKey(ctx context.Context, cfg service.Config, args []string, stdout, s
 		return err
 	}
 	return writeJSON(stdout, key)
+}
+
+func cmdAPIKeyList(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("apikey list", stderr)
+	adminURL(fs, &cfg)
+	tenant := fs.String("tenant", "", "tenant id")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	tid, err := uuid.Parse(*tenant)
+	if err != nil {
+		return usageError{"apikey list: --tenant must be a tenant id (a UUID)"}
+	}
+	admin, err := openAdmin(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	keys, err := admin.ListAPIKeys(ctx, tid)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return fmt.Errorf("apikey list: no tenant %s", tid)
+	}
+	if err != nil {
+		return err
+	}
+	if keys == nil {
+		keys = []persistence.KeyInfo{}
+	}
+	return writeJSON(stdout, map[string]any{"keys": keys})
+}
+
+func cmdAPIKeyRevoke(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("apikey revoke", stderr)
+	adminURL(fs, &cfg)
+	keyID := fs.String("key-id", "", "the key_id to revoke")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	kid, err := uuid.Parse(*keyID)
+	if err != nil {
+		return usageError{"apikey revoke: --key-id must be a key id (a UUID, as apikey create and apikey list print it)"}
+	}
+	admin, err := openAdmin(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	k, err := admin.RevokeAPIKey(ctx, kid)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return fmt.Errorf("apikey revoke: no key %s", kid)
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, map[string]any{"key_id": k.KeyID, "tenant_id": k.TenantID, "revoked_at": k.RevokedAt})
 }
 
 func writeJSON(w io.Writer, v any) error {

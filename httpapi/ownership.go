@@ -1,0 +1,107 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// ownerLookup reads who owns a server.
+type ownerLookup interface {
+	ServerOwner(ctx context.Context, tenantID, serverID uuid.UUID) (string, persistence.Origin, error)
+}
+
+// serverOwner is what decides which module keys may act on a server. Both fields never change for a
+// server_id, so a cached answer never goes stale.
+type serverOwner struct {
+	tenantID uuid.UUID
+	module   string
+	origin   persistence.Origin
+}
+
+// owners caches serverOwner by server_id for the heartbeat path, so a module key's heartbeat costs a map
+// lookup, not a database round trip. At most max entries are held; past that one arbitrary entry is
+// dropped per insertion (it is read again on its next use).
+type owners struct {
+	lookup ownerLookup
+	max    int
+
+	mu    sync.RWMutex
+	cache map[uuid.UUID]serverOwner
+}
+
+func newOwners(lookup ownerLookup, max int) *owners {
+	return &owners{lookup: lookup, max: max, cache: map[uuid.UUID]serverOwner{}}
+}
+
+// get returns the owner of serverID in tenantID; fresh asks the database even if the answer is cached.
+// It returns persistence.ErrNotFound for no such server in the tenant (another tenant's server is the
+// same as none).
+func (o *owners) get(ctx context.Context, tenantID, serverID uuid.UUID, fresh bool) (serverOwner, error) {
+	if !fresh {
+		o.mu.RLock()
+		e, ok := o.cache[serverID]
+		o.mu.RUnlock()
+		if ok {
+			if e.tenantID != tenantID {
+				return serverOwner{}, persistence.ErrNotFound
+			}
+			return e, nil
+		}
+	}
+	module, origin, err := o.lookup.ServerOwner(ctx, tenantID, serverID)
+	if err != nil {
+		return serverOwner{}, err
+	}
+	e := serverOwner{tenantID: tenantID, module: module, origin: origin}
+	o.put(serverID, e)
+	return e, nil
+}
+
+func (o *owners) put(serverID uuid.UUID, e serverOwner) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.cache[serverID]; !ok && len(o.cache) >= o.max {
+		for k := range o.cache {
+			delete(o.cache, k)
+			break
+		}
+	}
+	o.cache[serverID] = e
+}
+
+// notOwned is the refusal of an action on a server the key does not own. It is only ever given for a
+// server of the caller's own tenant: another tenant's server answers as an unknown one.
+func notOwned(detail string) *Problem {
+	return problem(http.StatusForbidden, "server_not_owned", detail)
+}
+
+// authorizeOn checks that p may take action a on serverID. Admin keys skip the lookup. An unknown server
+// (or another tenant's) passes, so the fleet answers it as it does today (404 server_not_registered).
+func (s *Server) authorizeOn(ctx context.Context, p persistence.Principal, a persistence.Action, serverID uuid.UUID) error {
+	if p.Role == persistence.RoleAdmin {
+		return nil
+	}
+	own, err := s.owners.get(ctx, p.TenantID, serverID, a != persistence.ActHeartbeat)
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return nil
+	case persistence.IsTransient(err):
+		return unavailable("the server's owner could not be checked right now: retry", 2*time.Second, err)
+	case err != nil:
+		return internalError(err)
+	}
+	if p.MayAct(a, own.module, own.origin) {
+		return nil
+	}
+	if own.origin == persistence.OriginAdmin {
+		return notOwned("an administrator configured this server: a module key may only heartbeat it, and only if it is bound to its module name")
+	}
+	return notOwned("this API key is bound to other module names than this server's")
+}
