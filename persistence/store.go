@@ -404,6 +404,12 @@ func IsTransient(err error) bool {
 	if err == nil {
 		return false
 	}
+	// The store's own verdicts are permanent: a retry would get the same answer.
+	for _, permanent := range []error{ErrNotFound, ErrConflict, ErrNotOwned, ErrServerLimit, ErrCatalogueSource} {
+		if errors.Is(err, permanent) {
+			return false
+		}
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
