@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -306,6 +307,50 @@ type skillView struct {
 	Available   bool
 	Orphaned    bool
 	Callable    bool
+	// Change is set when a re-registration or re-import changed the tool's definition (which disabled
+	// it) and no operator has enabled it since.
+	Change *toolChangeView
+}
+
+// toolChangeView shows what changed in a tool's definition: when, and each part before and after.
+type toolChangeView struct {
+	At    string
+	Parts []toolChangePart
+}
+
+type toolChangePart struct{ Label, Before, After string }
+
+// viewToolChange compares a skill's previous definition with its current one, part by part.
+func viewToolChange(sk persistence.Skill) *toolChangeView {
+	if sk.ChangedAt == nil {
+		return nil
+	}
+	var prev struct {
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
+		Annotations json.RawMessage `json:"annotations"`
+	}
+	_ = json.Unmarshal(sk.PreviousDefinition, &prev)
+	v := &toolChangeView{At: fmtTime(*sk.ChangedAt)}
+	add := func(label, before, after string) {
+		if before != after {
+			v.Parts = append(v.Parts, toolChangePart{Label: label, Before: orDash(before), After: orDash(after)})
+		}
+	}
+	add("Description", prev.Description, sk.Description)
+	add("Input schema", compactJSON(prev.InputSchema), compactJSON(sk.InputSchema))
+	add("Annotations", compactJSON(prev.Annotations), compactJSON(sk.Annotations))
+	return v
+}
+
+// compactJSON spells raw in one canonical line ("" for none or null), so equal values compare equal.
+func compactJSON(raw json.RawMessage) string {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
+		return ""
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 type cardView struct {
@@ -329,6 +374,7 @@ type cardView struct {
 	Auth              string
 	AuthUnsupported   bool
 	ToolCount         int
+	CatalogueSource   string
 	DataClass         string
 	NoDataClass       bool
 	Approval          string
@@ -441,7 +487,18 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 	for _, sk := range skills {
 		st := remote.SkillState{Skill: sk, ServerEnabled: k.Enabled}
 		v.Skills = append(v.Skills, skillView{ID: sk.SkillID, Name: sk.Name, Description: sk.Description, Enabled: sk.Enabled,
-			Available: sk.Available, Orphaned: sk.OrphanedAt != nil, Callable: st.Callable()})
+			Available: sk.Available, Orphaned: sk.OrphanedAt != nil, Callable: st.Callable(), Change: viewToolChange(sk)})
+	}
+	// The catalogue as it stands, whichever source owns it (an advertisement sets no import count).
+	v.ToolCount = 0
+	for _, sk := range skills {
+		if sk.OrphanedAt == nil {
+			v.ToolCount++
+		}
+	}
+	v.CatalogueSource = "imported with tools/list (an administrator's server)"
+	if k.Origin != persistence.OriginAdmin {
+		v.CatalogueSource = "advertised by the module at registration"
 	}
 	if fl, ok := u.flashes.take(s, id.String()); ok {
 		v.Flash = &fl
