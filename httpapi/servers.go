@@ -228,10 +228,10 @@ type ServerJSON struct {
 	// configured it). CatalogueSource is the one source of its tools: "advertisement" or "import".
 	Origin          persistence.Origin `json:"origin"`
 	CatalogueSource string             `json:"catalogue_source"`
-	LastHeartbeatAt         time.Time       `json:"last_heartbeat_at"`
-	RegisteredAt            time.Time       `json:"registered_at"`
-	DeregisteredAt          *time.Time      `json:"deregistered_at"`
-	TraceID                 string          `json:"trace_id"`
+	LastHeartbeatAt time.Time          `json:"last_heartbeat_at"`
+	RegisteredAt    time.Time          `json:"registered_at"`
+	DeregisteredAt  *time.Time         `json:"deregistered_at"`
+	TraceID         string             `json:"trace_id"`
 }
 
 func serverJSON(s persistence.Server) ServerJSON {

@@ -180,15 +180,15 @@ type ImportReport struct {
 	Added, Kept, Orphaned int
 	// Changed tools had a new definition (description, input schema or annotations); Disabled of them
 	// were enabled and are now disabled until an operator enables them again.
-	Changed, Disabled int
-	Skipped               []SkippedTool
-	ImportError           string          // failed only
-	FailureClass          mcpclient.Class // failed only
-	LastImported          time.Time
-	CatalogueTTL          time.Duration
-	CatalogueFreshUntil   *time.Time
-	LastContact           time.Time // succeeded only
-	LastContactLatencyMS  int64     // succeeded only
+	Changed, Disabled    int
+	Skipped              []SkippedTool
+	ImportError          string          // failed only
+	FailureClass         mcpclient.Class // failed only
+	LastImported         time.Time
+	CatalogueTTL         time.Duration
+	CatalogueFreshUntil  *time.Time
+	LastContact          time.Time // succeeded only
+	LastContactLatencyMS int64     // succeeded only
 }
 
 // Limits on imported tools (the same as on advertised tools at registration).

@@ -27,7 +27,9 @@ func TestAPIKeyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tenant struct{ TenantID string `json:"tenant_id"` }
+	var tenant struct {
+		TenantID string `json:"tenant_id"`
+	}
 	_ = json.Unmarshal([]byte(out), &tenant)
 	out, err = cli("apikey", "create", "--tenant", tenant.TenantID, "--role", "module", "--module", "calendar", "--module", "mail")
 	if err != nil {
