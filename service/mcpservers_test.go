@@ -536,10 +536,11 @@ func TestImportRefusedWithoutDataClass(t *testing.T) {
 	h.importCatalogue(id)
 	h.patch(id, map[string]any{"data_class": nil})
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/import", h.adminKey(), nil), 409, "data_class_required")
-	// A registered module without an endpoint cannot be reached at all.
+	// A registered module without an endpoint cannot be reached at all (and its catalogue is its
+	// advertisement, never imported).
 	reg := h.register("calendar")
 	h.patch(reg, map[string]any{"data_class": "public"})
-	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+reg+"/import", h.adminKey(), nil), 409, "no_endpoint")
+	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+reg+"/import", h.adminKey(), nil), 409, "catalogue_from_advertisement")
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+reg+"/test-connection", h.adminKey(), nil), 409, "no_endpoint")
 }
 
