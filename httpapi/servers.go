@@ -294,6 +294,11 @@ func (s *Server) register(c *gin.Context) error {
 	if err != nil {
 		return fleetError(err)
 	}
+	if !req.ByAdmin {
+		// A module key's registration commits only on a self-registered server: its heartbeats need not
+		// ask the database who owns it.
+		s.owners.put(res.Server.ServerID, serverOwner{tenantID: p.TenantID, module: req.ModuleName, origin: persistence.OriginModule})
+	}
 	status := http.StatusOK
 	if res.Created {
 		status = http.StatusCreated
