@@ -64,7 +64,7 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 func (s *Store) withServerLimit(st *tenantStep) {
 	queue, read := st.queue, st.read
 	st.queue = func(b *pgx.Batch) {
-		b.Queue("SELECT set_config('mcpfleet.max_servers_per_tenant', $1, true)", strconv.Itoa(s.maxServers))
+		b.Queue("SELECT pg_catalog.set_config('mcpfleet.max_servers_per_tenant', $1, true)", strconv.Itoa(s.maxServers))
 		queue(b)
 	}
 	st.read = func(br pgx.BatchResults) error {
