@@ -121,7 +121,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c.apiLimitsFromEnv(e)
 	c.mcpFromEnv(e)
 	c.eventsFromEnv(e)
-	return c, errors.Join(e.Err(), errors.Join(c.limitsFromEnv(getenv)...))
+	c.limitsFromEnv(e)
+	return c, e.Err()
 }
 
 // Validate checks the settings serve needs.

@@ -31,7 +31,8 @@ func TestConfigRefusesWhatItWouldTruncate(t *testing.T) {
 	for _, tt := range []struct{ name, value string }{
 		{"MCPFLEET_FLAP_THRESHOLD", "4.5"}, {"MCPFLEET_FLAP_THRESHOLD", "-4"}, {"MCPFLEET_MASS_SILENCE_MIN", "2.5"},
 		{"MCPFLEET_DB_MAX_CONNS", "8.9"}, {"MCPFLEET_PROBE_CONCURRENCY", "1e3"}, {"MCPFLEET_KEY_CACHE_SIZE", "5000.5"},
-		{"MCPFLEET_MASS_SILENCE_FRACTION", "1.5"}, {"MCPFLEET_PPROF_ADDR", "6060"}, {"MCPFLEET_ALERT_WEBHOOK_URL", "hooks.example"},
+		{"MCPFLEET_MASS_SILENCE_FRACTION", "1.5"}, {"MCPFLEET_PPROF_ADDR", "6060"}, {"MCPFLEET_MAX_TOOLS_PER_SERVER", "4.5"},
+		{"MCPFLEET_EVENT_STREAMS", "2.5"}, {"MCPFLEET_MCP_SESSIONS_PER_KEY", "-1"}, {"MCPFLEET_ALERT_WEBHOOK_URL", "hooks.example"},
 	} {
 		_, err := service.FromEnv(func(k string) string { return map[string]string{tt.name: tt.value}[k] })
 		if err == nil || !strings.Contains(err.Error(), tt.name+"=") {

@@ -1,9 +1,6 @@
 package service
 
-import (
-	"fmt"
-	"strconv"
-)
+import "github.com/mcpfleet/mcpfleet/config"
 
 // Defaults of the registration limits: a tenant of 250,000 servers, each advertising a few hundred tools,
 // fits in them.
@@ -15,28 +12,15 @@ const (
 	maxAdvertisementBytesCap = 1 << 20
 )
 
-// limitsFromEnv parses the registration limits.
-func (c *Config) limitsFromEnv(getenv func(string) string) []error {
-	var errs []error
-	count := func(name string, lo, hi int, dst *int) {
-		v := getenv(name)
-		if v == "" {
-			return
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < lo || n > hi {
-			errs = append(errs, fmt.Errorf("%s=%q: want a whole number from %d to %d", name, v, lo, hi))
-			return
-		}
-		*dst = n
-	}
-	count("MCPFLEET_MAX_SERVERS_PER_TENANT", 1, 100_000_000, &c.MaxServersPerTenant)
-	count("MCPFLEET_MAX_TOOLS_PER_SERVER", 1, 100_000, &c.MaxToolsPerServer)
-	count("MCPFLEET_MAX_ADVERTISEMENT_BYTES", 1, maxAdvertisementBytesCap, &c.MaxAdvertisementBytes)
-	return errs
+// limitsFromEnv reads the registration limits into c, each with its default.
+func (c *Config) limitsFromEnv(e *config.Env) {
+	c.MaxServersPerTenant = e.Int("MCPFLEET_MAX_SERVERS_PER_TENANT", defaultMaxServersPerTenant, 1, 100_000_000)
+	c.MaxToolsPerServer = e.Int("MCPFLEET_MAX_TOOLS_PER_SERVER", defaultMaxToolsPerServer, 1, 100_000)
+	c.MaxAdvertisementBytes = e.Int("MCPFLEET_MAX_ADVERTISEMENT_BYTES", defaultMaxAdvertisementBytes, 1, maxAdvertisementBytesCap)
 }
 
-// withLimitDefaults returns c with every unset registration limit at its default.
+// withLimitDefaults returns c with every unset registration limit at its default (for a Config built
+// by hand; FromEnv already sets them, from the same constants).
 func (c Config) withLimitDefaults() Config {
 	if c.MaxServersPerTenant <= 0 {
 		c.MaxServersPerTenant = defaultMaxServersPerTenant
