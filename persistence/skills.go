@@ -131,7 +131,7 @@ func queueSkillUpsert(b *pgx.Batch, w catalogueWrite) {
 				input_schema = EXCLUDED.input_schema, annotations = EXCLUDED.annotations,
 				enabled = skill_registry.enabled AND NOT EXISTS (SELECT 1 FROM changed c WHERE c.skill_id = skill_registry.skill_id),
 				changed_at = coalesce((SELECT $8::timestamptz FROM changed c WHERE c.skill_id = skill_registry.skill_id), skill_registry.changed_at),
-				previous_definition = coalesce((SELECT c.old_def FROM changed c WHERE c.skill_id = skill_registry.skill_id), skill_registry.previous_definition),
+				previous_definition = coalesce(skill_registry.previous_definition, (SELECT c.old_def FROM changed c WHERE c.skill_id = skill_registry.skill_id)),
 				available = $7, orphaned_at = NULL, updated_at = $8
 			RETURNING 1
 		)
