@@ -298,7 +298,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	release, ok := e.acquire(p.KeyID)
 	if !ok {
-		refuse(w, http.StatusTooManyRequests, CodeTooMany, "too_many_streams", fmt.Sprintf("this key has %d requests in flight on the MCP endpoint, the most it may", e.cfg.MaxStreamsPerKey), time.Second)
+		refuse(w, http.StatusTooManyRequests, CodeTooMany, "mcp_streams_per_key", fmt.Sprintf("this key has %d requests in flight on the MCP endpoint, the most it may", e.cfg.MaxStreamsPerKey), time.Second)
 		return
 	}
 	defer release()

@@ -357,7 +357,7 @@ func TestMCPEndpointSessionLimit(t *testing.T) {
 
 // TestMCPEndpointStreamLimit: a key may have MCPFLEET_MCP_STREAMS_PER_KEY requests in flight; with one,
 // a 2026-07-28 client's open subscriptions/listen takes it and the key's next request is refused (429,
-// too_many_streams), while another key is served.
+// mcp_streams_per_key), while another key is served.
 func TestMCPEndpointStreamLimit(t *testing.T) {
 	h := newHarness(t, withMCPEndpoint(""), func(c *service.Config, _ *service.Options) { c.MCP.MaxStreamsPerKey = 1 })
 	h.mustConnectMCP(h.adminKey(), modernMCP) // keeps subscriptions/listen open
@@ -366,7 +366,7 @@ func TestMCPEndpointStreamLimit(t *testing.T) {
 		status, _, m := h.rawMCP(h.adminKey(), ping, "Mcp-Protocol-Version", modernMCP)
 		e, _ := m["error"].(map[string]any)
 		data, _ := e["data"].(map[string]any)
-		return status == http.StatusTooManyRequests && data["type"] == "too_many_streams"
+		return status == http.StatusTooManyRequests && data["type"] == "mcp_streams_per_key"
 	})
 	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
 	if err != nil {
