@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,6 +57,7 @@ type serverDeps struct {
 type stashed struct {
 	fn      func(actor.Context)
 	abandon func(actor.Context) // answers the waiting caller if the work will never run
+	check   bool                // a monitor check: it runs after the stashed evidence and commands
 }
 
 type serverActor struct {
@@ -105,7 +107,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 		a.run(ctx, func(ctx actor.Context) { a.deregister(ctx, msg, sender) },
 			func(ctx actor.Context) { ctx.Send(sender, &deregisterReply{err: ErrUnavailable}) })
 	case *evaluateMsg:
-		a.run(ctx, func(ctx actor.Context) { a.evaluate(ctx, msg.round) },
+		a.runCheck(ctx, func(ctx actor.Context) { a.evaluate(ctx, msg.round) },
 			func(actor.Context) { msg.round.done() })
 	case *actor.Restarting, *actor.Stopping:
 		a.dead = true
@@ -125,12 +127,29 @@ func (a *serverActor) run(ctx actor.Context, fn, abandon func(actor.Context)) {
 	fn(ctx)
 }
 
-// idle runs stashed work until something makes the server busy again.
+// runCheck is run for a monitor check. A stashed check runs only after every stashed registration,
+// heartbeat, deregistration or contact, even one that arrived after it: a check judges the server on
+// the newest evidence, so a registration that waited behind a slow write (a database outage) is
+// never overtaken by a verdict of the silence before it.
+func (a *serverActor) runCheck(ctx actor.Context, fn, abandon func(actor.Context)) {
+	if a.busy {
+		a.stash = append(a.stash, stashed{fn: fn, abandon: abandon, check: true})
+		return
+	}
+	fn(ctx)
+}
+
+// idle runs stashed work until something makes the server busy again: first the stashed work that
+// is not a monitor check, in arrival order, then the checks.
 func (a *serverActor) idle(ctx actor.Context) {
 	a.busy = false
 	for !a.busy && len(a.stash) > 0 && !a.dead {
-		st := a.stash[0]
-		a.stash = a.stash[1:]
+		i := slices.IndexFunc(a.stash, func(st stashed) bool { return !st.check })
+		if i < 0 {
+			i = 0
+		}
+		st := a.stash[i]
+		a.stash = slices.Delete(a.stash, i, i+1)
 		st.fn(ctx)
 	}
 }

@@ -405,3 +405,37 @@ func TestTickStallExtendsDeadlines(t *testing.T) {
 	h.monitor()
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
+
+// TestRegistrationOvertakesStashedChecks: a re-registration that arrived while a transition's write was
+// slow (a database outage) runs before the monitor checks stashed ahead of it, so the silence before
+// the registration never turns the server unhealthy after the module spoke again.
+func TestRegistrationOvertakesStashedChecks(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	started, release := h.holdTransitions(health.Degraded)
+	h.clock.Advance(2 * testH)
+	round1 := make(chan struct{})
+	go func() { h.monitor(); close(round1) }()
+	<-started
+	h.clock.Advance(2 * testH) // 4H of silence: a check now would say unhealthy
+	// A second tick, sent as the ticker sends it; two lookups behind it prove the fleet handled the tick
+	// and the chunk it queued to itself, so the check is in the server's mailbox, and the barrier that
+	// it is in the stash.
+	h.fleet.system.Root.Send(h.fleet.fleet, &monitorTick{})
+	for range 2 {
+		if _, err := h.fleet.ask(context.Background(), h.fleet.fleet, &lookupMsg{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.barrier(id)
+	fut := h.fleet.system.Root.RequestFuture(h.fleet.serverPID(id), &registerMsg{
+		req:      RegisterRequest{TenantID: h.tenant, ModuleName: "a", Version: "2"},
+		deadline: h.fleet.writeDeadline()}, 10*time.Second)
+	h.barrier(id) // the registration is in the stash, behind the second check
+	release()
+	<-round1
+	if res, err := fut.Result(); err != nil || res.(*registerReply).err != nil {
+		t.Fatalf("registration: %v %+v", err, res)
+	}
+	wantStatuses(t, h.statuses(id), health.Degraded)
+}
