@@ -59,7 +59,7 @@ type Resolver interface {
 //     multicast or broadcast, IETF protocol assignments (192.0.0.0/24),
 //     benchmarking (198.18.0.0/15), reserved (240.0.0.0/4), the tunnelling
 //     prefixes IPv4-compatible (::/96), 6to4 (2002::/16) and Teredo
-//     (2001::/32), also when reached through NAT64 or written as an
+//     (2001::/32), local-use NAT64 (64:ff9b:1::/48), documentation ranges, also when reached through NAT64 or written as an
 //     IPv4-mapped IPv6 address — is refused unless the host name or that
 //     address is on Allow;
 //   - every address a name resolves to is checked: one non-public address
@@ -248,6 +248,11 @@ var specialRanges = []struct {
 	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment"},
 	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"}, // RFC 8215: what it reaches is the local translator's choice
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
 }
 
 // nonPublicKind names the class of a non-public address, or returns "" for

@@ -148,6 +148,19 @@ func TestEndpointPolicySpecialRanges(t *testing.T) {
 		{"239.255.255.255", "multicast"},
 		{"::ffff:198.18.0.1", "benchmarking"}, // IPv4-mapped
 		{"64:ff9b::c612:1", "benchmarking"},   // NAT64 of 198.18.0.1
+		{"64:ff9b:1::", "local-use NAT64"},
+		{"64:ff9b:1:ffff:ffff:ffff:ffff:ffff", "local-use NAT64"},
+		{"64:ff9b:2::", ""},
+		{"192.0.2.0", "documentation"},
+		{"192.0.2.255", "documentation"},
+		{"192.0.3.0", ""},
+		{"198.51.100.255", "documentation"},
+		{"198.51.101.0", ""},
+		{"203.0.113.0", "documentation"},
+		{"203.0.114.0", ""},
+		{"2001:db8::", "documentation"},
+		{"2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"},
+		{"2001:db9::", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
