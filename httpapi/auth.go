@@ -126,9 +126,6 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 			a.mu.Unlock()
 			return persistence.Principal{}, authThrottled(wait)
 		}
-		// Take the token before the lookup, so lookups in flight at once cannot all pass the check
-		// above; it is given back below unless the key turns out unknown.
-		a.failures.fail(addr, now)
 	}
 	a.mu.Unlock()
 
@@ -139,6 +136,7 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 	case errors.Is(err, persistence.ErrNotFound):
 		a.known.Remove(hk)
 		a.unknown.Add(hk, now.Add(a.negTTL))
+		a.failures.fail(addr, now)
 		return persistence.Principal{}, unauthorized("the API key is not valid")
 	case err != nil && isKnown:
 		// The database cannot answer: keep trusting what it last said about this key, so a database
@@ -147,11 +145,7 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 		a.known.Add(hk, k)
 		return k.p, nil
 	case err != nil:
-		a.failures.refund(addr, now)
 		return persistence.Principal{}, unavailable("the API key could not be checked right now", 2*time.Second, err)
-	}
-	if !isKnown {
-		a.failures.refund(addr, now)
 	}
 	a.unknown.Remove(hk)
 	a.known.Add(hk, knownKey{p: p, expires: now.Add(a.posTTL)})
@@ -222,15 +216,6 @@ func (t *failureThrottle) fail(addr netip.Addr, now time.Time) {
 	b = t.refilled(b, now)
 	b.tokens = math.Max(b.tokens-1, 0)
 	t.buckets.Add(addr, b)
-}
-
-// refund gives back the token a lookup of addr took that did not find the key unknown.
-func (t *failureThrottle) refund(addr netip.Addr, now time.Time) {
-	if b, ok := t.buckets.Peek(addr); ok {
-		b = t.refilled(b, now)
-		b.tokens = math.Min(b.tokens+1, t.burst)
-		t.buckets.Add(addr, b)
-	}
 }
 
 func unauthorized(detail string) *Problem {
