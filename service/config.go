@@ -69,6 +69,9 @@ type Config struct {
 	MaxToolsPerServer     int // MCPFLEET_MAX_TOOLS_PER_SERVER: tools one server may advertise or import, default 500
 	MaxAdvertisementBytes int // MCPFLEET_MAX_ADVERTISEMENT_BYTES: size of a capability advertisement, default 256 KiB, at most 1 MiB
 
+	// Cluster is cluster mode (service/cluster.go); off, the default, is single-node mode.
+	Cluster ClusterConfig
+
 	// TraceSampler and TraceSamplerArg are OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (see
 	// telemetry.NewSampler; an invalid one fails the start when traces are exported).
 	TraceSampler, TraceSamplerArg string
@@ -122,7 +125,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c.mcpFromEnv(e)
 	c.eventsFromEnv(e)
 	c.limitsFromEnv(e)
-	return c, e.Err()
+	c.clusterFromEnv(e)
+	err := e.Err()
+	if cerrs := c.validateCluster(); len(cerrs) > 0 {
+		err = errors.Join(append([]error{err}, cerrs...)...)
+	}
+	return c, err
 }
 
 // Validate checks the settings serve needs.
@@ -160,6 +168,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateGateway()...)
 	errs = append(errs, c.validateEvents()...)
 	errs = append(errs, c.validateMCP()...)
+	errs = append(errs, c.validateCluster()...)
 	return errors.Join(errs...)
 }
 

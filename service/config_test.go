@@ -44,3 +44,37 @@ func TestConfigRefusesWhatItWouldTruncate(t *testing.T) {
 		t.Errorf("MCPFLEET_FLAP_THRESHOLD=5: %d, %v", c.FlapThreshold, err)
 	}
 }
+
+// Cluster mode takes its three settings together: any partial set, or a malformed one, is refused
+// with a message naming what is wrong; none at all is single-node mode.
+func TestConfigCluster(t *testing.T) {
+	full := map[string]string{"MCPFLEET_CLUSTER_ETCD": " 127.0.0.1:2379, http://10.0.0.2:2379 ,", "MCPFLEET_CLUSTER_NAME": "fleet-a", "MCPFLEET_CLUSTER_ADDR": "127.0.0.1:7101"}
+	c, err := service.FromEnv(func(k string) string { return full[k] })
+	if err != nil || !c.Cluster.Enabled() || len(c.Cluster.Etcd) != 2 || c.Cluster.Etcd[1] != "http://10.0.0.2:2379" ||
+		c.Cluster.Name != "fleet-a" || c.Cluster.Addr != "127.0.0.1:7101" {
+		t.Fatalf("full cluster config: %+v, %v", c.Cluster, err)
+	}
+	if c, err := service.FromEnv(func(string) string { return "" }); err != nil || c.Cluster.Enabled() {
+		t.Fatalf("no cluster settings: %+v, %v; want single-node mode", c.Cluster, err)
+	}
+	for _, tt := range []struct {
+		name  string
+		env   map[string]string
+		wants string
+	}{
+		{"etcd only", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379"}, "missing: [MCPFLEET_CLUSTER_NAME MCPFLEET_CLUSTER_ADDR]"},
+		{"name only", map[string]string{"MCPFLEET_CLUSTER_NAME": "a"}, "missing: [MCPFLEET_CLUSTER_ETCD MCPFLEET_CLUSTER_ADDR]"},
+		{"no addr", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379", "MCPFLEET_CLUSTER_NAME": "a"}, "missing: [MCPFLEET_CLUSTER_ADDR]"},
+		{"blank etcd list", map[string]string{"MCPFLEET_CLUSTER_ETCD": " , ", "MCPFLEET_CLUSTER_NAME": "a", "MCPFLEET_CLUSTER_ADDR": "127.0.0.1:7101"}, "missing: [MCPFLEET_CLUSTER_ETCD]"},
+		{"bad endpoint", map[string]string{"MCPFLEET_CLUSTER_ETCD": "etcd", "MCPFLEET_CLUSTER_NAME": "a", "MCPFLEET_CLUSTER_ADDR": "127.0.0.1:7101"}, `"etcd" is not host:port`},
+		{"bad name", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379", "MCPFLEET_CLUSTER_NAME": "a/b", "MCPFLEET_CLUSTER_ADDR": "127.0.0.1:7101"}, "MCPFLEET_CLUSTER_NAME=\"a/b\""},
+		{"port 0", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379", "MCPFLEET_CLUSTER_NAME": "a", "MCPFLEET_CLUSTER_ADDR": "127.0.0.1:0"}, "want a port from 1 to 65535"},
+		{"wildcard", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379", "MCPFLEET_CLUSTER_NAME": "a", "MCPFLEET_CLUSTER_ADDR": "0.0.0.0:7101"}, "not a wildcard"},
+		{"no port", map[string]string{"MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379", "MCPFLEET_CLUSTER_NAME": "a", "MCPFLEET_CLUSTER_ADDR": "node1"}, "want host:port"},
+	} {
+		_, err := service.FromEnv(func(k string) string { return tt.env[k] })
+		if err == nil || !strings.Contains(err.Error(), tt.wants) {
+			t.Errorf("%s: %v, want an error containing %q", tt.name, err, tt.wants)
+		}
+	}
+}

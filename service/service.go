@@ -66,6 +66,9 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Cluster.Enabled() {
+		return nil, errors.New("cluster mode (MCPFLEET_CLUSTER_ETCD) is not available in this build yet: unset the MCPFLEET_CLUSTER_* variables")
+	}
 	cfg = cfg.withLimitDefaults()
 	log := newLogger(cfg, opt)
 	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}

@@ -32,3 +32,13 @@ func TestServeRefusesAnInvalidConfig(t *testing.T) {
 		t.Errorf("%v (exit %d), want exit 2 naming MCPFLEET_DATABASE_URL", err, exitCode(err))
 	}
 }
+
+// A partial cluster configuration stops the command with exit code 2 before it starts anything (a
+// node that started alone would monitor servers another node owns).
+func TestRunRefusesAPartialClusterConfig(t *testing.T) {
+	env := map[string]string{"MCPFLEET_DATABASE_URL": "postgres://nobody@127.0.0.1:1/x", "MCPFLEET_CLUSTER_ETCD": "127.0.0.1:2379"}
+	err := run(context.Background(), []string{"serve"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "MCPFLEET_CLUSTER_NAME") || !strings.Contains(err.Error(), "MCPFLEET_CLUSTER_ADDR") {
+		t.Errorf("%v (exit %d), want exit 2 naming the missing cluster settings", err, exitCode(err))
+	}
+}

@@ -1,0 +1,84 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+
+	"github.com/mcpfleet/mcpfleet/config"
+)
+
+// ClusterConfig switches cluster mode on (docs/cluster.md). All three settings are given together or
+// none is: a node with only some of them would start alone and monitor servers another node owns.
+type ClusterConfig struct {
+	Etcd []string // MCPFLEET_CLUSTER_ETCD: comma-separated etcd endpoints (host:port or http(s)://host:port)
+	Name string   // MCPFLEET_CLUSTER_NAME: the cluster's name; nodes of one name share the shards
+	Addr string   // MCPFLEET_CLUSTER_ADDR: host:port for cluster traffic, listened on and advertised to the others
+}
+
+// Enabled reports whether cluster mode is on.
+func (c ClusterConfig) Enabled() bool { return len(c.Etcd) > 0 }
+
+// clusterFromEnv reads the cluster settings into c. A partial configuration is an error naming what is
+// missing, so a node never starts alone by accident.
+func (c *Config) clusterFromEnv(e *config.Env) {
+	c.Cluster = ClusterConfig{
+		Etcd: splitList(e.String("MCPFLEET_CLUSTER_ETCD", "")),
+		Name: e.String("MCPFLEET_CLUSTER_NAME", ""),
+		Addr: e.String("MCPFLEET_CLUSTER_ADDR", ""),
+	}
+}
+
+// validateCluster checks the cluster settings: none (single-node mode) or all three, each well formed.
+func (c Config) validateCluster() []error {
+	cc := c.Cluster
+	set := map[string]bool{"MCPFLEET_CLUSTER_ETCD": len(cc.Etcd) > 0, "MCPFLEET_CLUSTER_NAME": cc.Name != "", "MCPFLEET_CLUSTER_ADDR": cc.Addr != ""}
+	var missing []string
+	for _, name := range []string{"MCPFLEET_CLUSTER_ETCD", "MCPFLEET_CLUSTER_NAME", "MCPFLEET_CLUSTER_ADDR"} {
+		if !set[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 3 {
+		return nil
+	}
+	var errs []error
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("cluster mode needs MCPFLEET_CLUSTER_ETCD, MCPFLEET_CLUSTER_NAME and MCPFLEET_CLUSTER_ADDR together; missing: %v (unset all three for single-node mode)", missing))
+	}
+	for _, ep := range cc.Etcd {
+		if config.CheckAddr(ep) != nil && config.CheckHTTPURL(ep) != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_CLUSTER_ETCD: %q is not host:port or an http(s) URL", ep))
+		}
+	}
+	if cc.Name != "" && !clusterNameRE.MatchString(cc.Name) {
+		errs = append(errs, fmt.Errorf("MCPFLEET_CLUSTER_NAME=%q: want 1 to 63 letters, digits, '-' or '_'", cc.Name))
+	}
+	if cc.Addr != "" {
+		if err := checkAdvertisedAddr(cc.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("MCPFLEET_CLUSTER_ADDR=%q: %w", cc.Addr, err))
+		}
+	}
+	return errs
+}
+
+// clusterNameRE is what a cluster name may be: it becomes part of etcd keys.
+var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)
+
+// checkAdvertisedAddr accepts host:port where the others can reach host (not empty, not a wildcard)
+// and port is a fixed number (not 0: the address is advertised before anything listens).
+func checkAdvertisedAddr(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return errors.New("want a host the other nodes can reach, not a wildcard")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("want a port from 1 to 65535")
+	}
+	return nil
+}
