@@ -5,7 +5,7 @@
 // A variable that is unset, empty or only white space takes its default; any other value must parse
 // completely as its type and fall in its range, or the Env records an error naming the variable, the
 // value and what was expected. Packages that keep a zero-value fallback (for tests constructing a
-// config by hand) use the constants below, so a default is never stated twice.
+// config by hand) fall back to the constants below through Or, so a default is never stated twice.
 package config
 
 import (
@@ -18,13 +18,13 @@ import (
 	"time"
 )
 
-// The defaults of mcpfleet's settings (the variable each one backs is named beside it). The
-// gateway's, the API's limits and the MCP timeout are their owning packages' (gateway.Default*,
-// httpapi.Default*, mcpclient.DefaultTimeout), read by the service in the same way.
+// The defaults of mcpfleet's settings, each stated here and nowhere else (the variable each one
+// backs is named beside it; a default without a variable is an internal setting a test may change).
+// Every package that keeps a zero-value fallback for a config built by hand falls back to these.
 const (
 	DefaultHTTPAddr           = "127.0.0.1:8080"       // MCPFLEET_HTTP_ADDR
 	DefaultMetricsAddr        = "127.0.0.1:9464"       // MCPFLEET_METRICS_ADDR: loopback, the port of OpenTelemetry's Prometheus exporter
-	DefaultHeartbeatInterval  = 10 * time.Second       // MCPFLEET_HEARTBEAT_INTERVAL (H); also the probe period
+	DefaultHeartbeatInterval  = 10 * time.Second       // MCPFLEET_HEARTBEAT_INTERVAL (H); also the probe period and what a refusal of a down server suggests waiting
 	DefaultMonitorInterval    = 5 * time.Second        // MCPFLEET_MONITOR_INTERVAL
 	DefaultStampFlushInterval = 500 * time.Millisecond // MCPFLEET_STAMP_FLUSH_INTERVAL
 	DefaultWriteTimeout       = 5 * time.Second        // MCPFLEET_WRITE_TIMEOUT
@@ -33,7 +33,66 @@ const (
 	DefaultMassSilenceMin     = 10                     // MCPFLEET_MASS_SILENCE_MIN
 	DefaultDBMaxConns         = 8                      // MCPFLEET_DB_MAX_CONNS
 	DefaultProbeConcurrency   = 32                     // MCPFLEET_PROBE_CONCURRENCY
+	DefaultMCPTimeout         = 15 * time.Second       // MCPFLEET_MCP_TIMEOUT: one deadline per MCP operation
 )
+
+// The defaults of the registration limits: a tenant of 250,000 servers, each advertising a few
+// hundred tools, fits in them.
+const (
+	DefaultMaxServersPerTenant   = 500_000   // MCPFLEET_MAX_SERVERS_PER_TENANT
+	DefaultMaxToolsPerServer     = 500       // MCPFLEET_MAX_TOOLS_PER_SERVER
+	DefaultMaxAdvertisementBytes = 256 << 10 // MCPFLEET_MAX_ADVERTISEMENT_BYTES
+)
+
+// The defaults of the API (package httpapi): key checks and GET /v1/mcp/events.
+const (
+	DefaultKeyCacheSize           = 300_000 // MCPFLEET_KEY_CACHE_SIZE: every module key of a 250,000-server tenant
+	DefaultAuthFailureBurst       = 30      // MCPFLEET_AUTH_FAILURE_BURST
+	DefaultAuthFailureRate        = 2.0     // MCPFLEET_AUTH_FAILURE_RATE, per second
+	DefaultAuthThrottledAddresses = 65_536  // MCPFLEET_AUTH_THROTTLED_ADDRESSES
+	DefaultListAdvertisementLimit = 100     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT
+
+	DefaultEventStreams          = 256              // MCPFLEET_EVENT_STREAMS
+	DefaultEventStreamsPerTenant = 32               // MCPFLEET_EVENT_STREAMS_PER_TENANT
+	DefaultEventStreamsPerKey    = 8                // MCPFLEET_EVENT_STREAMS_PER_KEY
+	DefaultEventPollInterval     = time.Second      // MCPFLEET_EVENT_POLL_INTERVAL
+	DefaultEventKeepAlive        = 15 * time.Second // comment line interval of a stream
+	DefaultEventMaxReplay        = 10_000           // events a reconnecting client may be sent
+	DefaultEventRecheck          = time.Minute      // how often a stream's key or session is checked again
+	DefaultEventWriteWait        = 10 * time.Second // deadline of each write of a stream
+)
+
+// The defaults of the tool-call gateway (package gateway).
+const (
+	DefaultMaxCallsPerRun       = 20               // MCPFLEET_MAX_CALLS_PER_RUN
+	DefaultApprovalWindow       = 15 * time.Minute // MCPFLEET_APPROVAL_WINDOW
+	DefaultCallsPerServer       = 4                // MCPFLEET_CALLS_PER_SERVER
+	DefaultCallWait             = 25 * time.Second // how long a request waits for its call: inside the HTTP server's write timeout
+	DefaultApprovalSweep        = 30 * time.Second // how often approval windows are checked
+	DefaultCallShutdownGrace    = 5 * time.Second  // how long a stopping gateway lets calls in flight finish
+	DefaultCallQueueTimeout     = DefaultMCPTimeout
+	DefaultUnavailableRetryWait = DefaultHeartbeatInterval // what a refusal of an unhealthy server's tool suggests waiting
+)
+
+// The defaults of the MCP endpoint at /mcp (package mcpendpoint).
+const (
+	DefaultMCPSessionsPerKey = 32                     // MCPFLEET_MCP_SESSIONS_PER_KEY
+	DefaultMCPStreamsPerKey  = 64                     // MCPFLEET_MCP_STREAMS_PER_KEY
+	DefaultMCPPollInterval   = 250 * time.Millisecond // how often each tenant's tools are read
+	DefaultMCPMaxBodyBytes   = 1 << 20                // a request body
+	DefaultMCPSessionIdle    = 30 * time.Minute       // a session that sent nothing for this long is closed
+	DefaultMCPWaitPoll       = 250 * time.Millisecond // how often a waiting call is read again
+	DefaultMCPProgressEvery  = 5 * time.Second        // how often a waiting call sends a progress notification
+)
+
+// Or returns v when it is more than zero and def otherwise: the zero-value fallback of a package's
+// config built by hand (a negative value, which the service's Validate refuses, falls back too).
+func Or[T int | int64 | float64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
 
 // Env reads typed values through getenv and collects one error per variable that does not parse.
 // It is not safe for concurrent use.

@@ -128,3 +128,16 @@ func TestConfigErrorsNameEveryVariable(t *testing.T) {
 }
 
 var errErr = errors.New("not a key")
+
+// Or keeps a positive value and falls back for zero and for a negative one.
+func TestConfigOr(t *testing.T) {
+	if Or(3, 7) != 3 || Or(0, 7) != 7 || Or(-1, 7) != 7 {
+		t.Error("Or on int")
+	}
+	if Or(time.Second, time.Minute) != time.Second || Or(0, time.Minute) != time.Minute || Or(-time.Second, time.Minute) != time.Minute {
+		t.Error("Or on durations")
+	}
+	if Or(0.5, 2.0) != 0.5 || Or(0.0, 2.0) != 2.0 {
+		t.Error("Or on floats")
+	}
+}

@@ -39,6 +39,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -77,14 +78,8 @@ var (
 	_ Caller = (*remote.Service)(nil)
 )
 
-// Defaults.
-const (
-	DefaultMaxCallsPerRun = 20
-	DefaultApprovalWindow = 15 * time.Minute
-	DefaultCallsPerServer = 4
-	// MaxCallsPerRunLimit is the largest budget a tenant may set.
-	MaxCallsPerRunLimit = 1000
-)
+// MaxCallsPerRunLimit is the largest budget a tenant may set.
+const MaxCallsPerRunLimit = 1000
 
 // Config configures the gateway. Zero values take the defaults.
 type Config struct {
@@ -112,31 +107,16 @@ type Config struct {
 	ShutdownGrace time.Duration
 }
 
+// withDefaults returns c with every zero field at its default (package config).
 func (c Config) withDefaults() Config {
-	if c.MaxCallsPerRun <= 0 {
-		c.MaxCallsPerRun = DefaultMaxCallsPerRun
-	}
-	if c.ApprovalWindow <= 0 {
-		c.ApprovalWindow = DefaultApprovalWindow
-	}
-	if c.CallsPerServer <= 0 {
-		c.CallsPerServer = DefaultCallsPerServer
-	}
-	if c.QueueTimeout <= 0 {
-		c.QueueTimeout = mcpclient.DefaultTimeout
-	}
-	if c.Wait <= 0 {
-		c.Wait = 25 * time.Second
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = 10 * time.Second
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = 30 * time.Second
-	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 5 * time.Second
-	}
+	c.MaxCallsPerRun = config.Or(c.MaxCallsPerRun, config.DefaultMaxCallsPerRun)
+	c.ApprovalWindow = config.Or(c.ApprovalWindow, config.DefaultApprovalWindow)
+	c.CallsPerServer = config.Or(c.CallsPerServer, config.DefaultCallsPerServer)
+	c.QueueTimeout = config.Or(c.QueueTimeout, config.DefaultCallQueueTimeout)
+	c.Wait = config.Or(c.Wait, config.DefaultCallWait)
+	c.RetryAfter = config.Or(c.RetryAfter, config.DefaultUnavailableRetryWait)
+	c.SweepInterval = config.Or(c.SweepInterval, config.DefaultApprovalSweep)
+	c.ShutdownGrace = config.Or(c.ShutdownGrace, config.DefaultCallShutdownGrace)
 	return c
 }
 

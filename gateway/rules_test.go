@@ -214,7 +214,7 @@ func TestBudgetRules(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
-	want := Config{MaxCallsPerRun: 20, ApprovalWindow: 15 * time.Minute, CallsPerServer: 4, QueueTimeout: mcpclient.DefaultTimeout,
+	want := Config{MaxCallsPerRun: 20, ApprovalWindow: 15 * time.Minute, CallsPerServer: 4, QueueTimeout: 15 * time.Second,
 		Wait: 25 * time.Second, RetryAfter: 10 * time.Second, SweepInterval: 30 * time.Second, ShutdownGrace: 5 * time.Second}
 	if c != want {
 		t.Errorf("defaults %+v, want %+v", c, want)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/lru"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
@@ -36,27 +37,12 @@ type AuthConfig struct {
 	ThrottledAddresses int
 }
 
-// The defaults of AuthConfig.
-const (
-	DefaultKeyCacheSize       = 300_000
-	DefaultFailureBurst       = 30
-	DefaultFailureRate        = 2.0
-	DefaultThrottledAddresses = 65_536
-)
-
+// withDefaults returns c with every zero field at its default (package config).
 func (c AuthConfig) withDefaults() AuthConfig {
-	if c.KeyCacheSize <= 0 {
-		c.KeyCacheSize = DefaultKeyCacheSize
-	}
-	if c.FailureBurst <= 0 {
-		c.FailureBurst = DefaultFailureBurst
-	}
-	if c.FailureRate <= 0 {
-		c.FailureRate = DefaultFailureRate
-	}
-	if c.ThrottledAddresses <= 0 {
-		c.ThrottledAddresses = DefaultThrottledAddresses
-	}
+	c.KeyCacheSize = config.Or(c.KeyCacheSize, config.DefaultKeyCacheSize)
+	c.FailureBurst = config.Or(c.FailureBurst, config.DefaultAuthFailureBurst)
+	c.FailureRate = config.Or(c.FailureRate, config.DefaultAuthFailureRate)
+	c.ThrottledAddresses = config.Or(c.ThrottledAddresses, config.DefaultAuthThrottledAddresses)
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -28,9 +29,9 @@ func FuzzDecodeRegister(f *testing.F) {
 		err := decodeBytes(body, &b)
 		if err == nil {
 			var req actors.RegisterRequest
-			req, err = b.validate(registrationLimits{maxTools: DefaultMaxToolsPerServer, maxAdvertisementBytes: DefaultMaxAdvertisementBytes})
+			req, err = b.validate(registrationLimits{maxTools: config.DefaultMaxToolsPerServer, maxAdvertisementBytes: config.DefaultMaxAdvertisementBytes})
 			if err == nil {
-				if len(b.CapabilityAdvertisement) > DefaultMaxAdvertisementBytes || len(req.Tools) > DefaultMaxToolsPerServer {
+				if len(b.CapabilityAdvertisement) > config.DefaultMaxAdvertisementBytes || len(req.Tools) > config.DefaultMaxToolsPerServer {
 					t.Fatalf("accepted an advertisement past the limits: %d bytes, %d tools", len(b.CapabilityAdvertisement), len(req.Tools))
 				}
 				var stored any

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -52,37 +53,18 @@ type EventStreamConfig struct {
 	WriteWait           time.Duration // deadline of each write; default 10 s
 }
 
+// withDefaults returns c with every zero field at its default (package config).
 func (c EventStreamConfig) withDefaults() EventStreamConfig {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.PollInterval, DefaultEventPollInterval)
-	def(&c.KeepAlive, 15*time.Second)
-	def(&c.Recheck, time.Minute)
-	def(&c.WriteWait, 10*time.Second)
-	defn := func(n *int, v int) {
-		if *n <= 0 {
-			*n = v
-		}
-	}
-	defn(&c.MaxStreams, DefaultMaxStreams)
-	defn(&c.MaxStreamsPerTenant, DefaultMaxStreamsPerTenant)
-	defn(&c.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
-	if c.MaxReplay <= 0 {
-		c.MaxReplay = 10000
-	}
+	c.PollInterval = config.Or(c.PollInterval, config.DefaultEventPollInterval)
+	c.KeepAlive = config.Or(c.KeepAlive, config.DefaultEventKeepAlive)
+	c.Recheck = config.Or(c.Recheck, config.DefaultEventRecheck)
+	c.WriteWait = config.Or(c.WriteWait, config.DefaultEventWriteWait)
+	c.MaxStreams = config.Or(c.MaxStreams, config.DefaultEventStreams)
+	c.MaxStreamsPerTenant = config.Or(c.MaxStreamsPerTenant, config.DefaultEventStreamsPerTenant)
+	c.MaxStreamsPerKey = config.Or(c.MaxStreamsPerKey, config.DefaultEventStreamsPerKey)
+	c.MaxReplay = config.Or(c.MaxReplay, config.DefaultEventMaxReplay)
 	return c
 }
-
-// The default stream limits of EventStreamConfig.
-const (
-	DefaultMaxStreams          = 256
-	DefaultMaxStreamsPerTenant = 32
-	DefaultMaxStreamsPerKey    = 8
-	DefaultEventPollInterval   = time.Second
-)
 
 // EventStore is what the event stream reads.
 type EventStore interface {

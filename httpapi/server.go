@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
@@ -51,10 +52,10 @@ type Config struct {
 	Events            EventStreamConfig
 	Auth              AuthConfig // key cache and failed-authentication throttle
 	// ListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
-	// advertisements (?include=capability_advertisement); default DefaultListAdvertisementLimit.
+	// advertisements (?include=capability_advertisement); default config.DefaultListAdvertisementLimit.
 	ListAdvertisementLimit int
-	// MaxToolsPerServer caps the tools one registration may advertise (DefaultMaxToolsPerServer when
-	// zero); MaxAdvertisementBytes the size of its capability_advertisement (DefaultMaxAdvertisementBytes
+	// MaxToolsPerServer caps the tools one registration may advertise (config.DefaultMaxToolsPerServer when
+	// zero); MaxAdvertisementBytes the size of its capability_advertisement (config.DefaultMaxAdvertisementBytes
 	// when zero). Past either the registration is refused whole, never trimmed.
 	MaxToolsPerServer     int
 	MaxAdvertisementBytes int
@@ -109,13 +110,8 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Ready == nil {
 		deps.Ready = func() bool { return true }
 	}
-	lim := registrationLimits{maxTools: cfg.MaxToolsPerServer, maxAdvertisementBytes: cfg.MaxAdvertisementBytes}
-	if lim.maxTools <= 0 {
-		lim.maxTools = DefaultMaxToolsPerServer
-	}
-	if lim.maxAdvertisementBytes <= 0 {
-		lim.maxAdvertisementBytes = DefaultMaxAdvertisementBytes
-	}
+	lim := registrationLimits{maxTools: config.Or(cfg.MaxToolsPerServer, config.DefaultMaxToolsPerServer),
+		maxAdvertisementBytes: config.Or(cfg.MaxAdvertisementBytes, config.DefaultMaxAdvertisementBytes)}
 	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store, cfg.Auth), deps: deps,
 		streams: newStreams(), owners: newOwners(deps.Store, maxCachedOwners), limits: lim}
 }

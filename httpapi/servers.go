@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
@@ -33,12 +33,6 @@ const (
 	maxProtocols   = 16
 	maxToolName    = 128
 	maxDescription = 8 << 10
-)
-
-// Defaults of the configurable registration limits.
-const (
-	DefaultMaxToolsPerServer     = 500
-	DefaultMaxAdvertisementBytes = 256 << 10
 )
 
 var (
@@ -367,10 +361,6 @@ func (s *Server) deregister(c *gin.Context) error {
 	return nil
 }
 
-// DefaultListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
-// advertisements unless Config.ListAdvertisementLimit says otherwise.
-const DefaultListAdvertisementLimit = 100
-
 // includeAdvertisement is the value of include that puts capability_advertisement in list items.
 const includeAdvertisement = "capability_advertisement"
 
@@ -410,7 +400,7 @@ func (s *Server) listServers(c *gin.Context) error {
 		}
 		f.Limit = n
 	}
-	if most := cmp.Or(s.cfg.ListAdvertisementLimit, DefaultListAdvertisementLimit); !f.WithoutAdvertisement && f.Limit > most {
+	if most := config.Or(s.cfg.ListAdvertisementLimit, config.DefaultListAdvertisementLimit); !f.WithoutAdvertisement && f.Limit > most {
 		prob := badRequest("page_too_large", "limit", fmt.Sprintf("with include=capability_advertisement a page holds at most %d servers: ask for limit=%d or fewer and follow next_cursor", most, most))
 		prob.Extra = map[string]any{"max_limit": most}
 		return prob

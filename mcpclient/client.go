@@ -15,11 +15,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpfleet/mcpfleet/config"
 )
 
-// Defaults and ceilings.
+// Defaults and ceilings (the operation timeout, a setting, is config.DefaultMCPTimeout).
 const (
-	DefaultTimeout          = 15 * time.Second
 	DefaultMaxResponseBytes = 2 << 20
 	DefaultRecordTimeout    = 2 * time.Second
 	// MaxCataloguePages and MaxCatalogueTools bound a catalogue walk.
@@ -72,7 +73,7 @@ type Config struct {
 	Endpoint string
 	Auth     Auth
 	// Timeout bounds each operation as a whole — handshake, catalogue walk,
-	// or handshake plus tool call. Zero means DefaultTimeout.
+	// or handshake plus tool call. Zero means config.DefaultMCPTimeout.
 	Timeout time.Duration
 	// MaxResponseBytes caps each HTTP response body (after decompression).
 	// A bigger answer fails the operation as invalid_response. Zero means
@@ -149,9 +150,7 @@ func New(cfg Config, rec Recorder) (*Client, error) {
 		}
 	}
 	cfg.Endpoint = u.String()
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
+	cfg.Timeout = config.Or(cfg.Timeout, config.DefaultMCPTimeout)
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}

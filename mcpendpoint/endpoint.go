@@ -38,6 +38,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/gateway"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -75,15 +76,6 @@ type AuthError struct {
 // and throttling).
 type Authenticator func(r *http.Request) (persistence.Principal, *AuthError)
 
-// Defaults.
-const (
-	DefaultPollInterval      = 250 * time.Millisecond
-	DefaultMaxBodyBytes      = 1 << 20
-	DefaultMaxSessionsPerKey = 32
-	DefaultMaxStreamsPerKey  = 64
-	DefaultSessionIdle       = 30 * time.Minute
-)
-
 // Config configures the endpoint. Zero values take the defaults.
 type Config struct {
 	// Unavailable is the listing of tools whose server is down (MCPFLEET_MCP_UNAVAILABLE_TOOLS); default Keep.
@@ -115,31 +107,21 @@ type Config struct {
 	ProgressEvery time.Duration
 }
 
+// withDefaults returns c with every zero field at its default (package config).
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
 	if c.Unavailable == "" {
 		c.Unavailable = Keep
 	}
-	def(&c.MonitorPeriod, 5*time.Second)
-	def(&c.ListHold, c.MonitorPeriod)
-	def(&c.RetryAfter, 10*time.Second)
-	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.SessionIdle, DefaultSessionIdle)
-	def(&c.WaitPoll, 250*time.Millisecond)
-	def(&c.ProgressEvery, 5*time.Second)
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.MaxSessionsPerKey <= 0 {
-		c.MaxSessionsPerKey = DefaultMaxSessionsPerKey
-	}
-	if c.MaxStreamsPerKey <= 0 {
-		c.MaxStreamsPerKey = DefaultMaxStreamsPerKey
-	}
+	c.MonitorPeriod = config.Or(c.MonitorPeriod, config.DefaultMonitorInterval)
+	c.ListHold = config.Or(c.ListHold, c.MonitorPeriod)
+	c.RetryAfter = config.Or(c.RetryAfter, config.DefaultUnavailableRetryWait)
+	c.PollInterval = config.Or(c.PollInterval, config.DefaultMCPPollInterval)
+	c.SessionIdle = config.Or(c.SessionIdle, config.DefaultMCPSessionIdle)
+	c.WaitPoll = config.Or(c.WaitPoll, config.DefaultMCPWaitPoll)
+	c.ProgressEvery = config.Or(c.ProgressEvery, config.DefaultMCPProgressEvery)
+	c.MaxBodyBytes = config.Or(c.MaxBodyBytes, config.DefaultMCPMaxBodyBytes)
+	c.MaxSessionsPerKey = config.Or(c.MaxSessionsPerKey, config.DefaultMCPSessionsPerKey)
+	c.MaxStreamsPerKey = config.Or(c.MaxStreamsPerKey, config.DefaultMCPStreamsPerKey)
 	return c
 }
 

@@ -167,9 +167,7 @@ type Service struct {
 
 // New returns the service. It starts nothing: see StartProbing.
 func New(cfg Config, deps Deps) *Service {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = mcpclient.DefaultTimeout
-	}
+	cfg.Timeout = config.Or(cfg.Timeout, config.DefaultMCPTimeout)
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = mcpclient.DefaultMaxResponseBytes
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
-	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/secrets"
 )
 
@@ -105,7 +104,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		MassSilenceMin:      e.Int("MCPFLEET_MASS_SILENCE_MIN", config.DefaultMassSilenceMin, 1, 1e9),
 		UISecureCookies:     e.Bool("MCPFLEET_UI_SECURE_COOKIES", false),
 		EndpointAllowlist:   splitList(e.String("MCPFLEET_ENDPOINT_ALLOWLIST", "")),
-		MCPTimeout:          e.Duration("MCPFLEET_MCP_TIMEOUT", mcpclient.DefaultTimeout),
+		MCPTimeout:          e.Duration("MCPFLEET_MCP_TIMEOUT", config.DefaultMCPTimeout),
 		ProbeConcurrency:    e.Int("MCPFLEET_PROBE_CONCURRENCY", config.DefaultProbeConcurrency, 1, 10000),
 		TraceSampler:        e.String("OTEL_TRACES_SAMPLER", ""),
 		TraceSamplerArg:     e.String("OTEL_TRACES_SAMPLER_ARG", ""),
@@ -174,11 +173,11 @@ func (c Config) Validate() error {
 
 // apiLimitsFromEnv reads the API's limits into c, each with its default.
 func (c *Config) apiLimitsFromEnv(e *config.Env) {
-	c.KeyCacheSize = e.Int("MCPFLEET_KEY_CACHE_SIZE", httpapi.DefaultKeyCacheSize, 1000, 1e8)
-	c.AuthFailureBurst = e.Int("MCPFLEET_AUTH_FAILURE_BURST", httpapi.DefaultFailureBurst, 1, 1e6)
-	c.AuthFailureRate = e.Number("MCPFLEET_AUTH_FAILURE_RATE", httpapi.DefaultFailureRate, 0.001, 1e6)
-	c.AuthThrottledAddresses = e.Int("MCPFLEET_AUTH_THROTTLED_ADDRESSES", httpapi.DefaultThrottledAddresses, 16, 1e8)
-	c.ListAdvertisementLimit = e.Int("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", httpapi.DefaultListAdvertisementLimit, 1, 1000)
+	c.KeyCacheSize = e.Int("MCPFLEET_KEY_CACHE_SIZE", config.DefaultKeyCacheSize, 1000, 1e8)
+	c.AuthFailureBurst = e.Int("MCPFLEET_AUTH_FAILURE_BURST", config.DefaultAuthFailureBurst, 1, 1e6)
+	c.AuthFailureRate = e.Number("MCPFLEET_AUTH_FAILURE_RATE", config.DefaultAuthFailureRate, 0.001, 1e6)
+	c.AuthThrottledAddresses = e.Int("MCPFLEET_AUTH_THROTTLED_ADDRESSES", config.DefaultAuthThrottledAddresses, 16, 1e8)
+	c.ListAdvertisementLimit = e.Int("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", config.DefaultListAdvertisementLimit, 1, 1000)
 }
 
 // apiConfig narrows c into the API's configuration.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/mcpfleet/mcpfleet/config"
-	"github.com/mcpfleet/mcpfleet/mcpclient"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -20,7 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 		c.StampFlushInterval != config.DefaultStampFlushInterval || c.WriteTimeout != config.DefaultWriteTimeout ||
 		c.FlapWindow != config.DefaultFlapWindow || c.FlapThreshold != config.DefaultFlapThreshold ||
 		c.MassSilenceFraction != 0 || c.MassSilenceMin != config.DefaultMassSilenceMin || c.DBMaxConns != config.DefaultDBMaxConns ||
-		c.MCPTimeout != mcpclient.DefaultTimeout || c.ProbeConcurrency != config.DefaultProbeConcurrency || c.UISecureCookies {
+		c.MCPTimeout != config.DefaultMCPTimeout || c.ProbeConcurrency != config.DefaultProbeConcurrency || c.UISecureCookies {
 		t.Errorf("defaults: %+v", c)
 	}
 }

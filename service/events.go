@@ -11,10 +11,10 @@ import (
 // eventsFromEnv reads the settings of GET /v1/mcp/events into c: the stream limits (in all, per
 // tenant, per key) and the poll interval. validateEvents checks how they relate.
 func (c *Config) eventsFromEnv(e *config.Env) {
-	c.EventStreams = e.Int("MCPFLEET_EVENT_STREAMS", httpapi.DefaultMaxStreams, 1, 100000)
-	c.EventStreamsPerTenant = e.Int("MCPFLEET_EVENT_STREAMS_PER_TENANT", min(httpapi.DefaultMaxStreamsPerTenant, c.EventStreams), 1, 100000)
-	c.EventStreamsPerKey = e.Int("MCPFLEET_EVENT_STREAMS_PER_KEY", min(httpapi.DefaultMaxStreamsPerKey, c.EventStreamsPerTenant), 1, 100000)
-	c.EventPollInterval = e.Duration("MCPFLEET_EVENT_POLL_INTERVAL", httpapi.DefaultEventPollInterval)
+	c.EventStreams = e.Int("MCPFLEET_EVENT_STREAMS", config.DefaultEventStreams, 1, 100000)
+	c.EventStreamsPerTenant = e.Int("MCPFLEET_EVENT_STREAMS_PER_TENANT", min(config.DefaultEventStreamsPerTenant, c.EventStreams), 1, 100000)
+	c.EventStreamsPerKey = e.Int("MCPFLEET_EVENT_STREAMS_PER_KEY", min(config.DefaultEventStreamsPerKey, c.EventStreamsPerTenant), 1, 100000)
+	c.EventPollInterval = e.Duration("MCPFLEET_EVENT_POLL_INTERVAL", config.DefaultEventPollInterval)
 }
 
 // validateEvents checks that a key may have no more streams than its tenant, nor a tenant more than

@@ -32,9 +32,9 @@ func (s *Service) Gateway() *gateway.Gateway { return s.gateway }
 
 // gatewayFromEnv reads the gateway's settings into c.
 func (c *Config) gatewayFromEnv(e *config.Env) {
-	c.MaxCallsPerRun = e.Int("MCPFLEET_MAX_CALLS_PER_RUN", gateway.DefaultMaxCallsPerRun, 1, gateway.MaxCallsPerRunLimit)
-	c.CallsPerServer = e.Int("MCPFLEET_CALLS_PER_SERVER", gateway.DefaultCallsPerServer, 1, 1000)
-	c.ApprovalWindow = e.Duration("MCPFLEET_APPROVAL_WINDOW", gateway.DefaultApprovalWindow)
+	c.MaxCallsPerRun = e.Int("MCPFLEET_MAX_CALLS_PER_RUN", config.DefaultMaxCallsPerRun, 1, gateway.MaxCallsPerRunLimit)
+	c.CallsPerServer = e.Int("MCPFLEET_CALLS_PER_SERVER", config.DefaultCallsPerServer, 1, 1000)
+	c.ApprovalWindow = e.Duration("MCPFLEET_APPROVAL_WINDOW", config.DefaultApprovalWindow)
 }
 
 // validateGateway checks the gateway's settings (zero takes the default).

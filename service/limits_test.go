@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -20,9 +21,9 @@ func TestAPILimitsFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MetricsAddr != service.DefaultMetricsAddr || c.KeyCacheSize != httpapi.DefaultKeyCacheSize ||
-		c.AuthFailureBurst != httpapi.DefaultFailureBurst || c.AuthFailureRate != httpapi.DefaultFailureRate ||
-		c.AuthThrottledAddresses != httpapi.DefaultThrottledAddresses || c.ListAdvertisementLimit != httpapi.DefaultListAdvertisementLimit {
+	if c.MetricsAddr != service.DefaultMetricsAddr || c.KeyCacheSize != config.DefaultKeyCacheSize ||
+		c.AuthFailureBurst != config.DefaultAuthFailureBurst || c.AuthFailureRate != config.DefaultAuthFailureRate ||
+		c.AuthThrottledAddresses != config.DefaultAuthThrottledAddresses || c.ListAdvertisementLimit != config.DefaultListAdvertisementLimit {
 		t.Fatalf("defaults: %+v", c)
 	}
 	env := map[string]string{
