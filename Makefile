@@ -27,8 +27,9 @@ test-short:
 
 test-race: test
 
-## lint: go vet, gofmt, staticcheck (with and without the chaos tag) and the check that every package has a doc comment
+## lint: go.mod tidy, go vet, gofmt, staticcheck (with and without the chaos tag) and the check that every package has a doc comment
 lint:
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) vet -tags $(TEST_TAGS) $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) run $(STATICCHECK) $(PKGS)
