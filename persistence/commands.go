@@ -189,6 +189,9 @@ type RegisterCmd struct {
 	// ChangedTools counts advertised tools whose definition changed; DisabledTools those of them that
 	// were enabled and are now disabled until an operator enables them again.
 	ChangedTools, DisabledTools int64
+	// MovedTools counts the enabled tools disabled because the registration moved the server's endpoint
+	// (see queueRegisteredEndpoint).
+	MovedTools int64
 }
 
 // Tenant implements Command.
@@ -227,7 +230,7 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 	queueSkillUpsert(b, catalogueWrite{TenantID: c.TenantID, ModuleName: c.ModuleName, Origin: OriginModule,
 		Tools: c.Tools, Available: true, By: c.ByKey, TraceID: c.TraceID, At: c.At})
 	if c.Endpoint != "" {
-		queueRegisteredEndpoint(b, c.TenantID, c.ModuleName, c.Endpoint, c.At)
+		queueRegisteredEndpoint(b, c.TenantID, c.ModuleName, c.Endpoint, c.ByKey, c.TraceID, c.At)
 	}
 }
 
@@ -257,7 +260,7 @@ func (c *RegisterCmd) Read(br pgx.BatchResults) error {
 	}
 	c.ChangedTools, c.DisabledTools = res.Changed, res.Disabled
 	if c.Endpoint != "" {
-		if err := readRegisteredEndpoint(br); err != nil {
+		if c.MovedTools, err = readRegisteredEndpoint(br); err != nil {
 			return fmt.Errorf("register: %w", err)
 		}
 	}

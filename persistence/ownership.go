@@ -72,6 +72,13 @@ const (
 //
 // Re-registering an administrator's server would rewrite its version, endpoint and catalogue, so no
 // module key may do it, bound or not.
+//
+// An unbound key can thus re-register another module's self-registered server of its tenant. What keeps
+// that from redirecting an administrator's calls is not this rule but the catalogue's: a re-registration
+// that changes a tool's definition, or moves the server's endpoint, disables the affected enabled tools
+// until an operator enables them again (RegisterCmd, queueRegisteredEndpoint). One mechanism covers bound
+// and unbound keys alike, a module's own key if it is stolen included; what an unbound key keeps is
+// the power to disturb another module's availability (deregister it), never to receive its calls.
 func (p Principal) MayAct(a Action, module string, o Origin) bool {
 	switch p.Role {
 	case RoleAdmin:

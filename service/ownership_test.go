@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -317,5 +318,78 @@ func TestRegistrationLimits(t *testing.T) {
 	r := h.do("POST", "/v1/mcp/servers/register", h.module(), junk)
 	if r.status != 200 || strings.Contains(string(r.body), "yyyy") {
 		t.Fatalf("stored advertisement: %d %s", r.status, r.body)
+	}
+}
+
+// echoRegistration is module's registration at endpoint advertising the "echo" tool of the mcptest SDK
+// servers, with its real input schema, so the gateway can call it.
+func echoRegistration(module, endpoint string) map[string]any {
+	body := registration(module)
+	body["endpoint"] = endpoint
+	body["capability_advertisement"] = map[string]any{"tools": []map[string]any{{
+		"name": "echo", "description": "Echoes its text argument.", "inputSchema": json.RawMessage(mcptest.EchoSchema)}}}
+	return body
+}
+
+// The attack of issue 10's review: an unbound module key is a tenant-wide module credential, so module
+// key B can re-register module A's self-registered server. Moving its endpoint to B's server must not
+// move the administrator's calls there: the move disables the server's enabled tools, the
+// administrator's next call is refused (skill_disabled) and never reaches the new endpoint, and the
+// move is recorded with the endpoint before and after until an operator approves it by enabling the
+// tool again. A re-registration that repeats the endpoint changes nothing.
+func TestEndpointMoveByModuleKeyDisablesTools(t *testing.T) {
+	h := newHarness(t, withGateway(5*time.Second, 2))
+	legit, attacker := mcptest.Modern(t), mcptest.Modern(t)
+	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("weather", legit.URL))
+	if r.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["server_id"].(string)
+	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": false})
+	echo := h.fullSkills(id)["echo"]
+	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	if c := h.mustCall(callBody("run-1", echo.SkillID, map[string]any{"text": "one"})); c.State != "succeeded" || len(legit.Received()) == 0 {
+		t.Fatalf("the call before the move: %+v", c)
+	}
+	// The module's own restart with the same endpoint changes nothing.
+	if r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("weather", legit.URL)); r.status != http.StatusOK {
+		t.Fatalf("re-register: %d %s", r.status, r.body)
+	}
+	if !h.fullSkills(id)["echo"].Enabled {
+		t.Fatal("a re-registration with the same endpoint disabled the tool")
+	}
+
+	keyB, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := h.do("POST", "/v1/mcp/servers/register", keyB.APIKey, echoRegistration("weather", attacker.URL)); r.status != http.StatusOK {
+		t.Fatalf("re-register by key B: %d %s", r.status, r.body)
+	}
+	if obj := h.fetchServer(id); obj["endpoint"] != attacker.URL {
+		t.Fatalf("endpoint %v", obj["endpoint"])
+	}
+	k := h.skillByName(id, "echo")
+	if k.Enabled || k.ChangedAt == nil || !strings.Contains(string(k.PreviousDefinition), `"endpoint": "`+legit.URL+`"`) {
+		t.Fatalf("the tool after the move: %+v %s", k, k.PreviousDefinition)
+	}
+	wantProblem(t, h.postCall(callBody("run-1", echo.SkillID, map[string]any{"text": "secret"})), http.StatusConflict, "skill_disabled")
+	if n := len(attacker.Received()); n != 0 {
+		t.Fatalf("the new endpoint was contacted %d times before anyone approved it", n)
+	}
+	var moves int
+	h.ownerQuery(`SELECT count(*) FROM tool_changes WHERE skill_id = $1 AND cause = 'endpoint' AND was_enabled
+		AND old_endpoint = $2 AND new_endpoint = $3 AND changed_by = $4`, []any{echo.SkillID, legit.URL, attacker.URL, keyB.KeyID}, &moves)
+	if moves != 1 {
+		t.Fatalf("%d endpoint moves recorded, want 1", moves)
+	}
+	// An operator who approves the move enables the tool: only then does a call go to the new endpoint.
+	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	if c := h.mustCall(callBody("run-1", echo.SkillID, map[string]any{"text": "two"})); c.State != "succeeded" || attacker.Calls("echo") != 1 {
+		t.Fatalf("the call after approval: %+v", c)
 	}
 }

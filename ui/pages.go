@@ -320,8 +320,9 @@ type toolChangeView struct {
 
 type toolChangePart struct{ Label, Before, After string }
 
-// viewToolChange compares a skill's previous definition with its current one, part by part.
-func viewToolChange(sk persistence.Skill) *toolChangeView {
+// viewToolChange compares a skill's previous definition with its current one, part by part, and the
+// endpoint it was approved with (when a registration moved the server) with the server's endpoint now.
+func viewToolChange(sk persistence.Skill, endpoint string) *toolChangeView {
 	if sk.ChangedAt == nil {
 		return nil
 	}
@@ -329,6 +330,7 @@ func viewToolChange(sk persistence.Skill) *toolChangeView {
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"input_schema"`
 		Annotations json.RawMessage `json:"annotations"`
+		Endpoint    json.RawMessage `json:"endpoint"` // absent: not moved; null: there was none
 	}
 	_ = json.Unmarshal(sk.PreviousDefinition, &prev)
 	v := &toolChangeView{At: fmtTime(*sk.ChangedAt)}
@@ -340,6 +342,11 @@ func viewToolChange(sk persistence.Skill) *toolChangeView {
 	add("Description", prev.Description, sk.Description)
 	add("Input schema", compactJSON(prev.InputSchema), compactJSON(sk.InputSchema))
 	add("Annotations", compactJSON(prev.Annotations), compactJSON(sk.Annotations))
+	if len(prev.Endpoint) > 0 {
+		var before string
+		_ = json.Unmarshal(prev.Endpoint, &before)
+		add("Endpoint", before, endpoint)
+	}
 	return v
 }
 
@@ -487,7 +494,7 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 	for _, sk := range skills {
 		st := remote.SkillState{Skill: sk, ServerEnabled: k.Enabled}
 		v.Skills = append(v.Skills, skillView{ID: sk.SkillID, Name: sk.Name, Description: sk.Description, Enabled: sk.Enabled,
-			Available: sk.Available, Orphaned: sk.OrphanedAt != nil, Callable: st.Callable(), Change: viewToolChange(sk)})
+			Available: sk.Available, Orphaned: sk.OrphanedAt != nil, Callable: st.Callable(), Change: viewToolChange(sk, k.Endpoint)})
 	}
 	// The catalogue as it stands, whichever source owns it (an advertisement sets no import count).
 	v.ToolCount = 0
