@@ -22,6 +22,8 @@ type fakeStore struct {
 	servers   map[uuid.UUID]persistence.Server
 	committed []persistence.Command
 	hook      func(persistence.Command) error
+	// reconcileErr, if set, fails ReconcileSkills (the last step of Start).
+	reconcileErr error
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{servers: map[uuid.UUID]persistence.Server{}} }
@@ -140,7 +142,9 @@ func (s *fakeStore) TenantIDs(context.Context) ([]uuid.UUID, error) {
 	return out, nil
 }
 
-func (s *fakeStore) ReconcileSkills(context.Context, uuid.UUID) (int64, error) { return 0, nil }
+func (s *fakeStore) ReconcileSkills(context.Context, uuid.UUID) (int64, error) {
+	return 0, s.reconcileErr
+}
 
 func (s *fakeStore) PendingAlerts(context.Context, uuid.UUID, time.Time, int) ([]persistence.Alert, error) {
 	return nil, nil

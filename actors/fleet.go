@@ -26,6 +26,7 @@ type fleetActor struct {
 	byModule map[moduleKey]uuid.UUID
 	removing map[uuid.UUID]bool
 	onEvent  func(event string)
+	stopping bool // the fleet itself is stopping: its children end with it and are not respawned
 
 	monitor *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
 	tenants map[uuid.UUID]int
@@ -115,6 +116,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *removeServer:
 		f.remove(ctx, msg)
+	case *actor.Stopping:
+		f.stopping = true
 	case *actor.Terminated:
 		f.terminated(ctx, msg)
 	case *permitMsg:
@@ -177,10 +180,11 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	}
 }
 
-// terminated respawns a server actor stopped by anything but the fleet, with the same record.
+// terminated respawns a server actor stopped by anything but the fleet, with the same record; while
+// the fleet stops, none (a respawned child would keep the fleet from ever finishing its stop).
 func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
 	id, err := uuid.Parse(strings.TrimPrefix(msg.Who.Id, ctx.Self().Id+"/"))
-	if err != nil {
+	if err != nil || f.stopping {
 		return
 	}
 	if f.removing[id] {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
@@ -27,7 +28,7 @@ type harness struct {
 	fleet  *Fleet
 	events chan string
 	tenant uuid.UUID
-	stop   func() // stops the running fleet once (an actor system cannot shut down twice)
+	stop   func() // stops the running fleet
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
@@ -54,13 +55,8 @@ func (h *harness) start(mod func(*Config)) {
 		h.t.Fatal(err)
 	}
 	h.fleet = f
-	stopped := false
 	h.stop = func() {
 		h.t.Helper()
-		if stopped {
-			return
-		}
-		stopped = true
 		if err := f.Stop(context.Background()); err != nil {
 			h.t.Fatal(err)
 		}
@@ -438,4 +434,54 @@ func TestRegistrationOvertakesStashedChecks(t *testing.T) {
 		t.Fatalf("registration: %v %+v", err, res)
 	}
 	wantStatuses(t, h.statuses(id), health.Degraded)
+}
+
+// TestStartFailureStopsItsActors: a Start that fails — spawning an actor, or after the fleet was
+// loaded — leaves no actor running and the actor system shut down.
+func TestStartFailureStopsItsActors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(*Deps, *fakeStore)
+	}{
+		{"spawn", func(d *Deps, _ *fakeStore) { d.spawnFails = "alerts" }},
+		{"reconcile", func(_ *Deps, s *fakeStore) { s.reconcileErr = errors.New("fake: reconcile failed") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.register("a") // a persisted server: the failed start has loaded its actor
+			h.stop()
+			var system *actor.ActorSystem
+			deps := Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), observeSystem: func(s *actor.ActorSystem) { system = s }}
+			tc.fail(&deps, h.store)
+			if _, err := Start(context.Background(), Config{ManualMonitor: true}, h.store, deps); err == nil {
+				t.Fatal("Start succeeded")
+			}
+			if !system.IsStopped() {
+				t.Error("actor system not shut down")
+			}
+			for _, name := range []string{"system", "system/writer", "system/stamper", "system/skills", "system/fleet", "system/fleet/" + id.String()} {
+				if _, ok := system.ProcessRegistry.GetLocal(name); ok {
+					t.Errorf("actor %s still running", name)
+				}
+			}
+		})
+	}
+}
+
+// TestStopIsIdempotent: Stop may be called again, also concurrently, and returns the first result.
+func TestStopIsIdempotent(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register("a")
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := h.fleet.Stop(context.Background()); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := h.fleet.Stop(context.Background()); err != nil {
+		t.Errorf("stop again: %v", err)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,23 +96,32 @@ type Deps struct {
 	OnEvent    func(string) // optional observer of supervision events (restarts, respawns)
 	// Metrics, if not nil, records the actors' metrics (and counts OnEvent's restarts and respawns).
 	Metrics *telemetry.Metrics
+
+	// Test hooks: observeSystem is handed the actor system as soon as it exists; spawnFails names an
+	// actor whose spawn fails.
+	observeSystem func(*actor.ActorSystem)
+	spawnFails    string
 }
 
 // Fleet is the running actor system.
 type Fleet struct {
-	cfg     Config
-	clock   health.Clock
-	log     *slog.Logger
-	system  *actor.ActorSystem
-	fleet   *actor.PID
-	writer  *actor.PID
-	stamper *actor.PID
-	skills  *actor.PID
-	alerts  *actor.PID
-	timers  []func()
-	readyAt time.Time
-	servers int
-	metrics *telemetry.Metrics
+	cfg      Config
+	clock    health.Clock
+	log      *slog.Logger
+	system   *actor.ActorSystem
+	guardian *actor.PID
+	fleet    *actor.PID
+	writer   *actor.PID
+	stamper  *actor.PID
+	skills   *actor.PID
+	alerts   *actor.PID
+	timers   []func()
+	readyAt  time.Time
+	servers  int
+	metrics  *telemetry.Metrics
+
+	stopOnce sync.Once // Stop runs once; a concurrent call waits for it
+	stopErr  error
 }
 
 type epochCounter struct{ atomic.Uint64 }
@@ -145,35 +155,71 @@ func (guardian) Receive(ctx actor.Context) {
 // starts the timers. When it returns the fleet is ready: every persisted server has its actor, and its
 // deadline runs from now (restart grace: nobody is declared unhealthy until 3H after this moment
 // unless evidence says otherwise; a server persisted as unhealthy stays unhealthy until evidence).
-func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, error) {
+// When it fails, every actor it spawned is stopped and the actor system shut down before it returns.
+func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, err error) {
 	cfg.defaults()
-	if deps.Clock == nil {
-		deps.Clock = health.RealClock{}
+	deps = deps.withDefaults()
+	log := deps.Log
+	system := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
+		actor.WithDeadLetterRequestLogging(false),
+	)
+	if deps.observeSystem != nil {
+		deps.observeSystem(system)
 	}
-	if deps.Log == nil {
-		deps.Log = slog.Default()
+	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics}
+	defer func() {
+		if err != nil {
+			f.abort()
+		}
+	}()
+	if err := f.spawnActors(store, deps); err != nil {
+		return nil, err
 	}
-	if deps.Tracer == nil {
-		deps.Tracer = noop.NewTracerProvider().Tracer("")
+	if err := f.load(ctx, store); err != nil {
+		return nil, err
 	}
-	if deps.HTTPClient == nil {
-		deps.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	if n, err := ReconcileSkills(ctx, store); err != nil {
+		return nil, fmt.Errorf("start actors: %w", err)
+	} else if n > 0 {
+		log.Warn("skill cascade repaired at start", "skills", n)
 	}
-	if m, observe := deps.Metrics, deps.OnEvent; m != nil {
-		deps.OnEvent = func(event string) {
+	f.startTimers()
+	system.Root.Send(f.alerts, &alertTick{}) // deliver what a previous run left in the outbox
+	return f, nil
+}
+
+// withDefaults returns d with every unset collaborator at its default, and OnEvent counting into
+// Metrics when both are set.
+func (d Deps) withDefaults() Deps {
+	if d.Clock == nil {
+		d.Clock = health.RealClock{}
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.Tracer == nil {
+		d.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if d.HTTPClient == nil {
+		d.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if m, observe := d.Metrics, d.OnEvent; m != nil {
+		d.OnEvent = func(event string) {
 			m.ActorEvent(event)
 			if observe != nil {
 				observe(event)
 			}
 		}
 	}
+	return d
+}
+
+// spawnActors spawns the guardian and, under it, the writer, the stamper, the skill registry, the
+// alert dispatcher and the fleet supervisor, in that order (each later one is given the earlier ones).
+func (f *Fleet) spawnActors(store Store, deps Deps) error {
+	cfg, log, system := f.cfg, f.log, f.system
 	t := newTel(deps.Tracer, deps.Metrics)
-	log := deps.Log
-	system := actor.NewActorSystem(
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
-		actor.WithDeadLetterRequestLogging(false),
-	)
-	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics}
 	gstrategy := actor.NewOneForOneStrategy(1000, time.Second, func(reason any) actor.Directive {
 		log.Error("system actor failed; restarting it", "reason", reason)
 		if deps.OnEvent != nil {
@@ -184,9 +230,13 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 	g, err := system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return guardian{} },
 		actor.WithSupervisor(gstrategy)), "system")
 	if err != nil {
-		return nil, fmt.Errorf("start actors: %w", err)
+		return fmt.Errorf("start actors: %w", err)
 	}
+	f.guardian = g
 	spawn := func(name string, props *actor.Props) (*actor.PID, error) {
+		if deps.spawnFails == name {
+			return nil, fmt.Errorf("spawn %s: test failure", name)
+		}
 		res, err := system.Root.RequestFuture(g, &spawnChild{name: name, props: props}, 5*time.Second).Result()
 		if err != nil {
 			return nil, fmt.Errorf("spawn %s: %w", name, err)
@@ -201,16 +251,16 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
 		commitTimeout: cfg.WriteTimeout, tel: t,
 	}, epochs)); err != nil {
-		return nil, err
+		return err
 	}
 	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t)); err != nil {
-		return nil, err
+		return err
 	}
 	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout, t)); err != nil {
-		return nil, err
+		return err
 	}
 	if f.alerts, err = spawn("alerts", newAlertsProps(store, deps.HTTPClient, cfg.AlertWebhookURL, cfg.AlertWebhookSecret, log, t)); err != nil {
-		return nil, err
+		return err
 	}
 	sdeps := &serverDeps{
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
@@ -218,31 +268,35 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (*Fleet, err
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &lifecycle.Stall{},
 	}
-	if f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent)); err != nil {
-		return nil, err
-	}
+	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent))
+	return err
+}
 
-	if err := f.load(ctx, store); err != nil {
-		system.Shutdown()
-		return nil, err
-	}
-	if n, err := ReconcileSkills(ctx, store); err != nil {
-		system.Shutdown()
-		return nil, fmt.Errorf("start actors: %w", err)
-	} else if n > 0 {
-		log.Warn("skill cascade repaired at start", "skills", n)
-	}
-
-	if !cfg.ManualMonitor {
-		f.timers = append(f.timers, every(system, cfg.MonitorInterval, f.fleet, &monitorTick{auto: true}))
+// startTimers starts the periodic ticks: the monitor (unless it is manual), the stamp flush, skill
+// reconciliation and the alert outbox sweep.
+func (f *Fleet) startTimers() {
+	if !f.cfg.ManualMonitor {
+		f.timers = append(f.timers, every(f.system, f.cfg.MonitorInterval, f.fleet, &monitorTick{auto: true}))
 	}
 	f.timers = append(f.timers,
-		every(system, cfg.StampFlushInterval, f.stamper, &stampTick{}),
-		every(system, cfg.ReconcileInterval, f.skills, &reconcileTick{}),
-		every(system, cfg.AlertInterval, f.alerts, &alertTick{}),
+		every(f.system, f.cfg.StampFlushInterval, f.stamper, &stampTick{}),
+		every(f.system, f.cfg.ReconcileInterval, f.skills, &reconcileTick{}),
+		every(f.system, f.cfg.AlertInterval, f.alerts, &alertTick{}),
 	)
-	system.Root.Send(f.alerts, &alertTick{}) // deliver what a previous run left in the outbox
-	return f, nil
+}
+
+// abort undoes a Start that failed: it stops the timers and every actor spawned (the guardian, and
+// with it its children, which fail what they hold) and shuts the actor system down.
+func (f *Fleet) abort() {
+	for _, cancel := range f.timers {
+		cancel()
+	}
+	if f.guardian != nil {
+		if err := f.system.Root.StopFuture(f.guardian).Wait(); err != nil {
+			f.log.Warn("actors not stopped after a failed start", "err", err)
+		}
+	}
+	f.system.Shutdown()
 }
 
 // load rebuilds the fleet from PostgreSQL, tenant by tenant.
@@ -399,8 +453,15 @@ func (f *Fleet) runRound(ctx context.Context, auto bool) error {
 }
 
 // Stop stops the timers, drains the writer and the stamper (the actor system's Shutdown does not), and
-// shuts the actor system down. Work acknowledged before Stop is committed when it returns nil.
+// shuts the actor system down. Work acknowledged before Stop is committed when it returns nil. Stop
+// may be called more than once and from several goroutines: a later call waits for the first to finish
+// and returns its result.
 func (f *Fleet) Stop(ctx context.Context) error {
+	f.stopOnce.Do(func() { f.stopErr = f.stop(ctx) })
+	return f.stopErr
+}
+
+func (f *Fleet) stop(ctx context.Context) error {
 	for _, cancel := range f.timers {
 		cancel()
 	}
