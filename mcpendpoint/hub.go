@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/mcpclient/toolschema"
+	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
 // entry is one named skill of the tenant as the endpoint last read it.
@@ -90,7 +91,8 @@ func (h *hub) sync(ctx context.Context) error {
 	taken := map[string]bool{}
 	for _, r := range rows {
 		if r.ListedName == "" {
-			cands = append(cands, candidate{SkillID: r.Skill.SkillID, Module: r.ModuleName, Tool: r.Skill.Name})
+			cands = append(cands, candidate{SkillID: r.Skill.SkillID, Module: r.ModuleName, Tool: r.Skill.Name,
+				SelfRegistered: r.Origin != persistence.OriginAdmin})
 		} else {
 			taken[r.ListedName] = true
 		}

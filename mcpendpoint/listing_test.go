@@ -32,6 +32,38 @@ func TestAssignNames(t *testing.T) {
 	}
 }
 
+// TestAssignNamesNoSquatting: a self-registered server's tools are always qualified, so whatever a module
+// key registers first — the tool's bare name, or a module and tool that spell an administrator's dotted
+// tool name — the administrator's tool, imported later, still gets its bare name or its own qualified
+// name, never the squatter's.
+func TestAssignNamesNoSquatting(t *testing.T) {
+	squat, squat2, long, admin, dotted := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	taken := map[string]bool{}
+	got := assignNames([]candidate{
+		{SkillID: squat, Module: "squatter", Tool: "forecast", SelfRegistered: true},
+		{SkillID: squat2, Module: "github", Tool: "search", SelfRegistered: true},                 // spells "github.search"
+		{SkillID: long, Module: strings.Repeat("m", 128), Tool: "forecast", SelfRegistered: true}, // the cut keeps the "."
+	}, taken)
+	want := map[uuid.UUID]string{squat: "squatter.forecast", squat2: "github.search", long: strings.Repeat("m", 64) + ".forecast"}
+	for id, n := range want {
+		if got[id] != n {
+			t.Errorf("self-registered %s: got %q, want %q", id, got[id], n)
+		}
+	}
+	got = assignNames([]candidate{
+		{SkillID: admin, Module: "weather", Tool: "forecast"},
+		{SkillID: dotted, Module: "gh", Tool: "github.search"}, // a dotted name is never bare
+	}, taken)
+	if got[admin] != "forecast" || got[dotted] != "gh.github.search" {
+		t.Errorf("the administrator's tools: %v", got)
+	}
+	for name := range taken {
+		if !strings.Contains(name, ".") && name != "forecast" {
+			t.Errorf("bare name %q assigned", name)
+		}
+	}
+}
+
 func TestHolds(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }

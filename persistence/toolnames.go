@@ -19,6 +19,7 @@ type EndpointTool struct {
 	RegisteredAt  time.Time
 	Status        health.Status
 	ServerEnabled bool   // server_config.enabled (true without a row)
+	Origin        Origin // who created the server (OriginModule without a server_config row)
 	Liveness      string // push | probe
 	// StatusSince is when the server last went down (its last unhealthy or deregistered audit event) if
 	// it is down, or came up (its last registered or recovered event) if it is up; nil if unknown.
@@ -36,7 +37,7 @@ func (s *Store) EndpointTools(ctx context.Context, tenantID uuid.UUID) ([]Endpoi
 		rows, err := tx.Query(ctx, `
 			SELECT k.skill_id, k.tenant_id, k.server_id, k.name, k.description, k.input_schema, k.enabled, k.available,
 			       k.orphaned_at, k.updated_at,
-			       m.module_name, m.registered_at, m.status, coalesce(c.enabled, true), coalesce(c.liveness, 'push'),
+			       m.module_name, m.registered_at, m.status, coalesce(c.enabled, true), coalesce(c.origin, 'module'), coalesce(c.liveness, 'push'),
 			       (SELECT max(a.occurred_at) FROM audit_events a WHERE a.server_id = m.server_id AND a.kind = ANY(
 			           CASE WHEN m.status IN ('unhealthy', 'deregistered') THEN ARRAY['mcp.server.unhealthy', 'mcp.server.deregistered']
 			           ELSE ARRAY['mcp.server.registered', 'mcp.server.recovered'] END)),
@@ -53,7 +54,7 @@ func (s *Store) EndpointTools(ctx context.Context, tenantID uuid.UUID) ([]Endpoi
 			var t EndpointTool
 			k := &t.Skill
 			err := r.Scan(&k.SkillID, &k.TenantID, &k.ServerID, &k.Name, &k.Description, &k.InputSchema, &k.Enabled, &k.Available,
-				&k.OrphanedAt, &k.UpdatedAt, &t.ModuleName, &t.RegisteredAt, &t.Status, &t.ServerEnabled, &t.Liveness,
+				&k.OrphanedAt, &k.UpdatedAt, &t.ModuleName, &t.RegisteredAt, &t.Status, &t.ServerEnabled, &t.Origin, &t.Liveness,
 				&t.StatusSince, &t.LastHeartbeatAt, &t.LastContact, &t.ListedName)
 			return t, err
 		})

@@ -319,6 +319,36 @@ func TestMCPEndpointSameToolName(t *testing.T) {
 	waitFor(t, "alpha's tool back", 5*time.Second, func() bool { return slices.Equal(toolNames(t, s), []string{"beta.text", "text"}) })
 }
 
+// TestMCPEndpointNoNameSquatting: a module key registers, before an administrator's server is imported, a
+// server advertising a tool of the same name (left disabled); once it is named, it does not hold the bare name: the administrator's tool, imported later, is listed
+// by its own name and a call by that name reaches the administrator's server. The squatter's tool, once
+// an operator enables it, is listed qualified by its module name.
+func TestMCPEndpointNoNameSquatting(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP) // the tenant's poller runs from now on
+	squatter := h.register("squatter", "text")
+	waitFor(t, "the squatter's tool named", 5*time.Second, func() bool {
+		var n int
+		h.ownerQuery(`SELECT count(*) FROM mcp_tool_names`, nil, &n)
+		return n == 1
+	})
+	srv := mcptest.Tools(t)
+	h.gatewayServer("weather", srv.URL, false, "text")
+	waitFor(t, "the administrator's tool listed", 5*time.Second, func() bool { return slices.Equal(toolNames(t, s), []string{"text"}) })
+	if res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"}); err != nil || res.IsError {
+		t.Fatalf("text: %v %+v", err, res)
+	}
+	if srv.Calls("text") != 1 {
+		t.Fatalf("the administrator's server was asked %d times", srv.Calls("text"))
+	}
+	if r := h.do("POST", "/v1/mcp/skills/"+h.fullSkills(squatter)["text"].SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	waitFor(t, "the squatter's tool listed qualified", 5*time.Second, func() bool {
+		return slices.Equal(toolNames(t, s), []string{"squatter.text", "text"})
+	})
+}
+
 // waitChanges waits until s has received at least n list_changed notifications, within one second.
 func waitChanges(t testing.TB, s *mcpSession, n int64, what string) {
 	t.Helper()
