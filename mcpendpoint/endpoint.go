@@ -148,6 +148,8 @@ type Endpoint struct {
 	hubs     map[uuid.UUID]*hub
 	inflight map[uuid.UUID]int       // requests in flight per key
 	sessions map[string]sessionOwner // session id → the key that opened it
+	opening  map[uuid.UUID]int       // initialize requests in flight per key (sessions about to open)
+	seq      uint64                  // counts recorded sessions (sessionOwner.seq)
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -155,6 +157,7 @@ type Endpoint struct {
 type sessionOwner struct {
 	key    uuid.UUID
 	tenant uuid.UUID
+	seq    uint64 // when it was recorded, in e.seq
 }
 
 // New returns the endpoint. Its pollers start with the first request of each tenant; Close stops them.
@@ -166,7 +169,7 @@ func New(cfg Config, deps Deps) *Endpoint {
 		deps.Log = slog.Default()
 	}
 	e := &Endpoint{cfg: cfg.withDefaults(), deps: deps, log: deps.Log, hubs: map[uuid.UUID]*hub{},
-		inflight: map[uuid.UUID]int{}, sessions: map[string]sessionOwner{}, stop: make(chan struct{})}
+		inflight: map[uuid.UUID]int{}, sessions: map[string]sessionOwner{}, opening: map[uuid.UUID]int{}, stop: make(chan struct{})}
 	getServer := func(r *http.Request) *mcp.Server {
 		if h := e.hubOf(r.Context()); h != nil {
 			return h.server
@@ -313,17 +316,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sid == "" && r.Method == http.MethodPost {
-		if n := e.sessionsOf(h, p.KeyID); n >= e.cfg.MaxSessionsPerKey {
+		done, n, ok := e.openSession(h, p.KeyID)
+		if !ok {
 			refuse(w, http.StatusTooManyRequests, CodeTooMany, "too_many_sessions", fmt.Sprintf("this key has %d open sessions, the most it may: close one (DELETE /mcp) or let it idle out", n), time.Second)
 			return
 		}
-		cw := &sessionCapture{ResponseWriter: w}
+		cw := &sessionCapture{ResponseWriter: w, opened: func(id string) { done(id) }}
 		next(e.stateful).ServeHTTP(cw, r)
-		if id := cw.Header().Get("Mcp-Session-Id"); id != "" {
-			e.mu.Lock()
-			e.sessions[id] = sessionOwner{key: p.KeyID, tenant: p.TenantID}
-			e.mu.Unlock()
-		}
+		cw.capture()
+		done("")
 		return
 	}
 	next(e.stateful).ServeHTTP(w, r)
@@ -337,10 +338,36 @@ func modern(r *http.Request) bool {
 	return v != "" && v >= "2026-07-28"
 }
 
-// sessionCapture lets the endpoint read the session id the SDK assigns; it passes Flush and Unwrap on.
-type sessionCapture struct{ http.ResponseWriter }
+// sessionCapture records the session id the SDK assigns before the first byte of the answer leaves
+// (so the client cannot open another session before this one counts); it passes Flush and Unwrap on.
+type sessionCapture struct {
+	http.ResponseWriter
+	opened   func(id string)
+	captured bool
+}
+
+func (c *sessionCapture) capture() {
+	if c.captured {
+		return
+	}
+	c.captured = true
+	if id := c.Header().Get("Mcp-Session-Id"); id != "" {
+		c.opened(id)
+	}
+}
+
+func (c *sessionCapture) WriteHeader(code int) {
+	c.capture()
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *sessionCapture) Write(b []byte) (int, error) {
+	c.capture()
+	return c.ResponseWriter.Write(b)
+}
 
 func (c *sessionCapture) Flush() {
+	c.capture()
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -348,20 +375,27 @@ func (c *sessionCapture) Flush() {
 
 func (c *sessionCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// sessionsOf counts key's open sessions (and forgets closed ones).
-func (e *Endpoint) sessionsOf(h *hub, key uuid.UUID) int {
+// openSession reserves, for an initialize request of key, one of its MaxSessionsPerKey sessions: its
+// open sessions and its initialize requests in flight count, so a burst of them cannot pass the limit.
+// It returns done, which turns the reservation into the recorded session id (done(id), before the answer
+// leaves) or gives it back (done(""), once the request is answered; later calls do nothing), or, when
+// the key has no session left, its count and false. Recorded sessions the SDK no longer has are forgotten.
+func (e *Endpoint) openSession(h *hub, key uuid.UUID) (done func(id string), n int, ok bool) {
+	e.mu.Lock()
+	seen := e.seq
+	e.mu.Unlock()
 	open := map[string]bool{}
 	for s := range h.server.Sessions() {
 		open[s.ID()] = true
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
+	n = e.opening[key]
 	for id, o := range e.sessions {
-		if o.tenant != h.tenant {
+		switch {
+		case o.tenant != h.tenant:
 			continue
-		}
-		if !open[id] {
+		case !open[id] && o.seq <= seen: // closed (one recorded after the snapshot may not show in it yet)
 			delete(e.sessions, id)
 			continue
 		}
@@ -369,7 +403,26 @@ func (e *Endpoint) sessionsOf(h *hub, key uuid.UUID) int {
 			n++
 		}
 	}
-	return n
+	if n >= e.cfg.MaxSessionsPerKey {
+		return nil, n, false
+	}
+	e.opening[key]++
+	held := true
+	return func(id string) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !held {
+			return
+		}
+		held = false
+		if e.opening[key]--; e.opening[key] <= 0 {
+			delete(e.opening, key)
+		}
+		if id != "" {
+			e.seq++
+			e.sessions[id] = sessionOwner{key: key, tenant: h.tenant, seq: e.seq}
+		}
+	}, n, true
 }
 
 // acquire takes one of key's request slots.

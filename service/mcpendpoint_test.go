@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -373,6 +374,30 @@ func TestMCPEndpointSessionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustConnectMCP(k2.APIKey, legacyMCP)
+	// A burst of initialize requests of a third key opens at most the limit's sessions.
+	k3, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.rawMCP(k3.APIKey, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, "Mcp-Protocol-Version", modernMCP) // the key is cached
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if status, _, _ := h.rawMCP(k3.APIKey, init); status == http.StatusOK {
+				opened.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := opened.Load(); n != 2 {
+		t.Errorf("a burst of 16 initialize requests opened %d sessions, want the limit's 2", n)
+	}
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
