@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,16 +35,17 @@ type Command interface {
 
 // Commit applies cmds in one transaction and commits. If the group fails, each command is retried in a
 // transaction of its own, so one bad command cannot fail the others. errs[i] is the outcome of cmds[i]:
-// nil only after its COMMIT succeeded. A command without a tenant fails closed. With a context from
-// WithParents, each command is traced under its own writer.apply span.
+// nil only after its COMMIT succeeded, or the command's own refusal (see refuse), which wrote nothing and
+// did not fail the group. A command without a tenant fails closed. With a context from WithParents, each
+// command is traced under its own writer.apply span.
 func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	errs = make([]error, len(cmds))
 	if len(cmds) == 0 {
 		return errs
 	}
-	groupErr := s.commitGroup(ctx, 0, cmds)
+	refusals, groupErr := s.commitGroup(ctx, 0, cmds)
 	if groupErr == nil {
-		return errs
+		return refusals
 	}
 	if len(cmds) == 1 || IsTransient(groupErr) {
 		// A single command, or a failure of the connection rather than of one command: isolating the
@@ -54,10 +56,33 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 		return errs
 	}
 	for i, c := range cmds {
-		errs[i] = s.commitGroup(ctx, i, []Command{c})
+		refused, err := s.commitGroup(ctx, i, []Command{c})
+		errs[i] = cmp.Or(err, refused[0])
 	}
 	return errs
 }
+
+// refusal is a command's verdict on itself that leaves its transaction intact: its statements saw that
+// it must not apply (the servers-per-tenant limit, ownership) and wrote nothing, so the commands grouped
+// with it commit. Read returns it through refuse; Commit reports the wrapped error as the command's
+// outcome. An error of a statement is never a refusal: it aborts the transaction.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// refuse makes err a refusal. Only a Read whose command's statements wrote nothing may return one, and
+// only after reading every result of them (the next command's results follow in the same batch).
+func refuse(err error) error { return &refusal{err: err} }
+
+// underServerLimit is a condition that holds while the tenant (the parameter it is formatted with) has
+// fewer servers than the limit set in mcpfleet.max_servers_per_tenant (withServerLimit; none or 0: no
+// limit). A statement that creates a server checks it first, so a tenant at its limit is refused without
+// an error that would abort its group; the mcp_servers_count trigger (migration 0010) stays the
+// backstop for two transactions that both saw the last free place.
+const underServerLimit = `(SELECT CASE WHEN l.max > 0
+		THEN coalesce((SELECT t.servers FROM tenant_server_counts t WHERE t.tenant_id = %[1]s), 0) < l.max ELSE true END
+	FROM (SELECT nullif(current_setting('mcpfleet.max_servers_per_tenant', true), '')::bigint AS max) l)`
 
 // withServerLimit makes st also set, for the rest of its transaction, the servers-per-tenant limit the
 // mcp_servers_count trigger (migration 0010) reads.
@@ -75,12 +100,21 @@ func (s *Store) withServerLimit(st *tenantStep) {
 	}
 }
 
-// commitGroup applies cmds, the commands of ctx's Commit from index first on, in one transaction.
-func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) error {
+// commitGroup applies cmds, the commands of ctx's Commit from index first on, in one transaction. When it
+// commits, refusals[i] is cmds[i]'s refusal (nil: applied).
+func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (refusals []error, err error) {
 	spans := s.startApply(ctx, first, cmds)
+	refusals = make([]error, len(cmds))
 	steps := make([]tenantStep, len(cmds))
 	for i, c := range cmds {
-		steps[i] = tenantStep{tenant: c.Tenant(), queue: c.Queue, read: c.Read}
+		steps[i] = tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
+			err := c.Read(br)
+			if r := (*refusal)(nil); errors.As(err, &r) {
+				refusals[i] = r.err
+				return nil
+			}
+			return err
+		}}
 		if spans != nil {
 			steps[i].span = spans[i]
 		}
@@ -99,7 +133,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) erro
 		return first0.read(br)
 	}
 	s.withServerLimit(&steps[0])
-	err := inTenantBatch(ctx, s.pool, steps)
+	err = inTenantBatch(ctx, s.pool, steps)
 	for _, span := range spans {
 		if span != nil {
 			if err != nil {
@@ -108,7 +142,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) erro
 			span.End()
 		}
 	}
-	return err
+	return refusals, err
 }
 
 // eventLockOrder returns the tenants of cmds, each once, in the order in which a group commit takes
@@ -162,8 +196,9 @@ func KindForTransition(to health.Status) AuditKind {
 //
 // Ownership is enforced here, in SQL: only an admin key (ByAdmin) may re-register a server an
 // administrator configured (OriginAdmin), and even then its catalogue and endpoint are left alone (they
-// belong to the import and to PATCH); otherwise Read returns ErrNotOwned and nothing is written. A new
-// server past the tenant's server limit is refused with ErrServerLimit (see Options).
+// belong to the import and to PATCH); otherwise the command is refused with ErrNotOwned and nothing is
+// written. A new server past the tenant's server limit is refused with ErrServerLimit (see Options). Both
+// refusals leave the group commit intact: the commands grouped with this one commit.
 type RegisterCmd struct {
 	EventID      uuid.UUID // audit event id; also makes the command idempotent
 	ServerID     uuid.UUID // the id to use if the server is new
@@ -206,13 +241,16 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 		caps = string(c.Capabilities)
 	}
 	b.Queue(`SELECT EXISTS (SELECT 1 FROM mcp_servers m JOIN server_config c ON c.server_id = m.server_id
-		WHERE m.tenant_id = $1 AND m.module_name = $2 AND c.origin = 'admin')`, c.TenantID, c.ModuleName)
+			WHERE m.tenant_id = $1 AND m.module_name = $2 AND c.origin = 'admin'),
+		NOT EXISTS (SELECT 1 FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2) AND NOT `+fmt.Sprintf(underServerLimit, "$1"),
+		c.TenantID, c.ModuleName)
 	b.Queue(`WITH prev AS (
 			SELECT status FROM mcp_servers WHERE tenant_id = $2 AND module_name = $3
 		), up AS (
 			INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
 				capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
-			VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'healthy', $7, $7, nullif($8, ''))
+			SELECT $1, $2, $3, $4, $5, $6::jsonb, 'healthy', $7, $7, nullif($8, '')
+			WHERE EXISTS (SELECT 1 FROM prev) OR `+fmt.Sprintf(underServerLimit, "$2")+`
 			ON CONFLICT (tenant_id, module_name) DO UPDATE SET version = EXCLUDED.version,
 				supported_protocols = EXCLUDED.supported_protocols, capability_advertisement = EXCLUDED.capability_advertisement,
 				status = 'healthy', last_heartbeat_at = greatest(mcp_servers.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
@@ -236,8 +274,8 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 
 // Read implements Command.
 func (c *RegisterCmd) Read(br pgx.BatchResults) error {
-	var adminOwned bool
-	if err := br.QueryRow().Scan(&adminOwned); err != nil {
+	var adminOwned, overLimit bool
+	if err := br.QueryRow().Scan(&adminOwned, &overLimit); err != nil {
 		return fmt.Errorf("register: %w", translate(err))
 	}
 	var s Server
@@ -246,8 +284,21 @@ func (c *RegisterCmd) Read(br pgx.BatchResults) error {
 	err := br.QueryRow().Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
 		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID,
 		&inserted, &prev)
-	if errors.Is(err, pgx.ErrNoRows) && adminOwned {
-		return fmt.Errorf("register: module %q: %w", c.ModuleName, ErrNotOwned)
+	// Refused, the upsert wrote nothing, and nor do the statements after it: they find no server of the
+	// module's origin.
+	if errors.Is(err, pgx.ErrNoRows) && (adminOwned || overLimit) {
+		if _, err := readSkillUpsert(br); err != nil {
+			return fmt.Errorf("register: %w", err)
+		}
+		if c.Endpoint != "" {
+			if _, err := readRegisteredEndpoint(br); err != nil {
+				return fmt.Errorf("register: %w", err)
+			}
+		}
+		if adminOwned {
+			return refuse(fmt.Errorf("register: module %q: %w", c.ModuleName, ErrNotOwned))
+		}
+		return refuse(fmt.Errorf("register: module %q: %w", c.ModuleName, ErrServerLimit))
 	}
 	if err != nil {
 		return fmt.Errorf("register: %w", translate(err))

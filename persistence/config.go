@@ -163,7 +163,8 @@ func (s *Store) GetServerConfig(ctx context.Context, tenantID, serverID uuid.UUI
 // ConfigureCmd creates a configured server: its mcp_servers row (status healthy, no protocols or
 // advertisement declared), its server_config row and an mcp.server.registered audit event, in one
 // statement. Applied twice it changes nothing the second time. If the module name is taken by another
-// server of the tenant, Read returns ErrConflict and nothing is written.
+// server of the tenant, Read returns ErrConflict and nothing is written; past the tenant's server limit
+// the command is refused with ErrServerLimit, without failing its group commit.
 type ConfigureCmd struct {
 	EventID    uuid.UUID
 	ServerID   uuid.UUID
@@ -180,15 +181,18 @@ type ConfigureCmd struct {
 // Tenant implements Command.
 func (c *ConfigureCmd) Tenant() uuid.UUID { return c.TenantID }
 
-// Queue implements Command: the server and its audit event in one statement, its configuration in a
-// second (which finds the server through the first, so a retry or a name taken by another server writes
+// Queue implements Command: whether the tenant is at its server limit, then the server and its audit
+// event in one statement, its configuration in a third (which finds the server through the first, so a retry or a name taken by another server writes
 // nothing).
 func (c *ConfigureCmd) Queue(b *pgx.Batch) {
 	k := c.Config
+	b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2) AND NOT `+
+		fmt.Sprintf(underServerLimit, "$1"), c.TenantID, c.ModuleName)
 	b.Queue(`WITH ins AS (
 			INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
 				capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
-			VALUES ($1, $2, $3, $4, '{}'::text[], NULL, 'healthy', $5, $5, nullif($6, ''))
+			SELECT $1, $2, $3, $4, '{}'::text[], NULL, 'healthy', $5, $5, nullif($6, '')
+			WHERE `+fmt.Sprintf(underServerLimit, "$2")+`
 			ON CONFLICT (tenant_id, module_name) DO NOTHING
 			RETURNING `+serverColumns+`
 		), audit AS (
@@ -212,7 +216,18 @@ func (c *ConfigureCmd) Queue(b *pgx.Batch) {
 
 // Read implements Command.
 func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
+	var overLimit bool
+	if err := br.QueryRow().Scan(&overLimit); err != nil {
+		return fmt.Errorf("configure: %w", translate(err))
+	}
 	srv, err := scanServer(br.QueryRow())
+	// Refused, nothing was written: the configuration statement finds no server of this id.
+	if errors.Is(err, pgx.ErrNoRows) && overLimit {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("configure: %w", translate(err))
+		}
+		return refuse(fmt.Errorf("configure: module %q: %w", c.ModuleName, ErrServerLimit))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("configure: module %q: %w", c.ModuleName, ErrConflict)
 	}
