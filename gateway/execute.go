@@ -60,6 +60,23 @@ func (g *Gateway) slot(serverID uuid.UUID) chan struct{} {
 	return s
 }
 
+// queue adds delta to the calls of serverID waiting for a slot.
+func (g *Gateway) queue(serverID uuid.UUID, delta int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.queued[serverID] += delta; g.queued[serverID] == 0 {
+		delete(g.queued, serverID)
+	}
+}
+
+// Queued returns how many accepted calls to serverID are waiting for one of its Config.CallsPerServer
+// slots (none of them has been sent). It is safe for concurrent use.
+func (g *Gateway) Queued(serverID uuid.UUID) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queued[serverID]
+}
+
 // launch executes call, in flight as f with context ctx (from register), in a goroutine of the gateway
 // (never an actor's mailbox).
 func (g *Gateway) launch(ctx context.Context, f *inflight, call persistence.Call, t persistence.CallTarget, args map[string]any) {
@@ -110,13 +127,17 @@ type outcome struct {
 func (g *Gateway) execute(ctx context.Context, call persistence.Call, t persistence.CallTarget, args map[string]any) persistence.Call {
 	slot := g.slot(call.ServerID)
 	wait := time.NewTimer(g.cfg.QueueTimeout)
+	g.queue(call.ServerID, 1)
 	select {
 	case slot <- struct{}{}:
 		wait.Stop()
+		g.queue(call.ServerID, -1)
 	case <-ctx.Done():
 		wait.Stop()
+		g.queue(call.ServerID, -1)
 		return g.finish(ctx, call, unsent(call, context.Cause(ctx)))
 	case <-wait.C:
+		g.queue(call.ServerID, -1)
 		return g.finish(ctx, call, busy(call, g.cfg.CallsPerServer, g.cfg.QueueTimeout))
 	}
 	defer func() { <-slot }()

@@ -176,7 +176,8 @@ type Gateway struct {
 	sweeping bool
 	inflight map[uuid.UUID]*inflight
 	slots    map[uuid.UUID]chan struct{}
-	calls    sync.WaitGroup // executing calls
+	queued   map[uuid.UUID]int // calls waiting for a slot, by server
+	calls    sync.WaitGroup    // executing calls
 
 	stopSweep chan struct{}
 	sweepDone chan struct{}
@@ -199,7 +200,7 @@ func New(cfg Config, deps Deps) *Gateway {
 	}
 	return &Gateway{
 		cfg: cfg.withDefaults(), store: deps.Store, caller: deps.Caller, clock: deps.Clock, log: deps.Log,
-		inflight: map[uuid.UUID]*inflight{}, slots: map[uuid.UUID]chan struct{}{},
+		inflight: map[uuid.UUID]*inflight{}, slots: map[uuid.UUID]chan struct{}{}, queued: map[uuid.UUID]int{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
 }

@@ -636,7 +636,7 @@ func TestGatewayCallsPerServer(t *testing.T) {
 	h := newHarness(t, withGateway(30*time.Second, 2))
 	slow := mcptest.Tools(t)
 	other := mcptest.Tools(t)
-	_, slowSkills := h.gatewayServer("slow", slow.URL, false, "hang")
+	slowID, slowSkills := h.gatewayServer("slow", slow.URL, false, "hang")
 	_, otherSkills := h.gatewayServer("other", other.URL, false, "text")
 	var wg sync.WaitGroup
 	for i := 0; i < 3; i++ {
@@ -646,7 +646,10 @@ func TestGatewayCallsPerServer(t *testing.T) {
 	if c := h.mustCall(callBody("run-p", otherSkills["text"].SkillID, nil)); c.State != "succeeded" {
 		t.Errorf("another server's call while the slow one is full: %+v", c)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The third call waits for a slot, unsent: once it is queued, nothing more can reach the server.
+	waitFor(t, "the third hang call to queue for a slot", 10*time.Second, func() bool {
+		return h.svc.Gateway().Queued(uuid.MustParse(slowID)) == 1
+	})
 	if n := slow.Calls("hang"); n != 2 {
 		t.Fatalf("%d calls in flight to a server bounded to 2", n)
 	}
