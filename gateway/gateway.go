@@ -3,7 +3,7 @@
 //
 // A call is accepted only if its skill exists, is enabled and available, its server is enabled and
 // declares a data class, the server can be reached from this side (endpoint, credential) and the
-// arguments validate against the skill's normalised input schema; and only while its run has calls left
+// arguments hold no NUL character and validate against the skill's normalised input schema; and only while its run has calls left
 // in its budget (default 20 per run, per tenant configurable), counted in the transaction that accepts the
 // call. Anything else is a *Refusal, recorded in the run's events as call.refused; the server is not asked.
 //

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +48,9 @@ func preconditions(t persistence.CallTarget, raw json.RawMessage, reach func(per
 	args, err := decodeArgs(raw)
 	if err != nil {
 		return nil, &Refusal{Type: RefusedInvalidArguments, Detail: "arguments must be a JSON object"}
+	}
+	if hasNUL(args) {
+		return nil, &Refusal{Type: RefusedInvalidArguments, Detail: "the arguments must not contain a NUL character (\\u0000), in a value or a key"}
 	}
 	schema, err := toolschema.Normalize(k.InputSchema)
 	if err != nil {
@@ -197,6 +202,24 @@ func sameCall(req Request, c persistence.Call) bool {
 	a, errA := canonical(req.Arguments)
 	b, errB := canonical(c.Arguments)
 	return errA == nil && errB == nil && reflect.DeepEqual(a, b)
+}
+
+// hasNUL reports whether a string or an object key of the decoded JSON value v contains a NUL character,
+// which PostgreSQL cannot store (a call's arguments are kept with the call).
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		return slices.ContainsFunc(v, hasNUL)
+	case map[string]any:
+		for k, e := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // canonical decodes arguments for comparison (numbers by value).

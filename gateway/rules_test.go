@@ -72,6 +72,8 @@ func TestPreconditions(t *testing.T) {
 		{name: "endpoint refused", reach: fmt.Errorf("x: %w", mcpclient.ErrEndpointRefused), want: RefusedEndpointRefused, asked: true},
 		{name: "anything else this side", reach: errors.New("odd"), want: RefusedEndpointRefused, asked: true},
 		{name: "arguments not an object", args: `[1]`, want: RefusedInvalidArguments, asked: true},
+		{name: "a NUL in a value", args: `{"city":"Os\u0000lo"}`, want: RefusedInvalidArguments, asked: true},
+		{name: "a NUL in a nested key", args: `{"city":"Oslo","days":3,"x":[{"a\u0000":1}]}`, want: RefusedInvalidArguments, asked: true},
 		{name: "schema outside the subset", change: func(t *persistence.CallTarget) {
 			t.Skill.InputSchema = json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","pattern":"^O"}}}`)
 		}, args: `{"city":"Oslo"}`, want: RefusedSchemaUnsupported, asked: true},

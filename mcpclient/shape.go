@@ -16,7 +16,7 @@ var droppedOrder = []string{"image", "audio", "resource", "resource_link", "othe
 // note about anything dropped, and bounded in size.
 type Shaped struct {
 	// Content is the note line (if anything was dropped), then the text
-	// blocks joined by newlines, cut to at most MaxShapedBytes bytes on a
+	// blocks joined by newlines (NUL replaced with U+FFFD), cut to at most MaxShapedBytes bytes on a
 	// UTF-8 boundary.
 	Content string
 	// IsError is the result's isError, unchanged.
@@ -38,7 +38,8 @@ type Shaped struct {
 // that held only an image does not read as empty. The note comes first
 // because the content is then cut to MaxShapedBytes, and the cut must not
 // take the note. An answer with no content at all says so, naming server
-// (the operator's name for the server, not the server's own).
+// (the operator's name for the server, not the server's own). A NUL character
+// (U+0000) in the text is replaced with U+FFFD, the replacement character.
 func ShapeResult(server string, res ToolResult) Shaped {
 	out := Shaped{IsError: res.IsError}
 	var texts []string
@@ -80,7 +81,8 @@ func ShapeResult(server string, res ToolResult) Shaped {
 		fmt.Fprintf(&b, "[mcpfleet: server %q returned no content]", server)
 	}
 	b.WriteString(strings.Join(texts, "\n"))
-	out.Content = b.String()
+	// PostgreSQL text cannot hold a NUL: an answer with one would be an answer the call cannot record.
+	out.Content = strings.ReplaceAll(b.String(), "\x00", "\uFFFD")
 	if len(out.Content) > MaxShapedBytes {
 		cut := MaxShapedBytes
 		for cut > 0 && !utf8.RuneStart(out.Content[cut]) {

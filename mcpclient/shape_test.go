@@ -26,6 +26,11 @@ func TestShapeResult(t *testing.T) {
 			want: mcpclient.Shaped{Content: "a\nb"},
 		},
 		{
+			name: "a NUL is replaced",
+			in:   mcpclient.ToolResult{Content: []mcpclient.Block{text("a\x00b"), text("\x00")}},
+			want: mcpclient.Shaped{Content: "a\uFFFDb\n\uFFFD"},
+		},
+		{
 			name: "mixed",
 			in: mcpclient.ToolResult{Content: []mcpclient.Block{
 				text("before"), block("image"), block("audio"), block("resource"), block("resource_link"), text("after"),

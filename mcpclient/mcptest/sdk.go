@@ -356,3 +356,33 @@ func addCallTools(s *Server, srv *mcp.Server) {
 		return textResult("unreachable"), nil
 	})
 }
+
+// NULText is the answer of the "nul_text" tool of [NULs]: text with a NUL
+// character (U+0000), which PostgreSQL text and jsonb cannot hold.
+const NULText = "before\x00after"
+
+// NULs is a modern Go SDK server whose catalogue and answers carry NUL
+// characters (U+0000):
+//
+//   - "echo": as [Modern]'s
+//   - "nul_text": answers [NULText]
+//   - "nul_description": a description with a NUL in it
+//   - "nul_schema": a NUL in its input schema's property description
+func NULs(t testing.TB) *Server {
+	t.Helper()
+	return startSDK(t, sdkOptions{
+		impl: mcp.Implementation{Name: "nuls", Version: "1"},
+		json: true,
+		configure: func(_ *Server, srv *mcp.Server) {
+			addEcho(srv)
+			ok := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return textResult("ok"), nil }
+			srv.AddTool(&mcp.Tool{Name: "nul_text", Description: "answers with a NUL", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return textResult(NULText), nil
+				})
+			srv.AddTool(&mcp.Tool{Name: "nul_description", Description: "lists\x00events", InputSchema: json.RawMessage(`{"type":"object"}`)}, ok)
+			srv.AddTool(&mcp.Tool{Name: "nul_schema",
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string","description":"a\u0000b"}}}`)}, ok)
+		},
+	}, nil)
+}
