@@ -22,10 +22,21 @@ const AppRole = "cyberos_app"
 //go:embed *.sql
 var files embed.FS
 
+// UpTo applies the pending migrations up to and including version, like Up; for tests of a migration
+// against a database as an earlier release left it.
+func UpTo(ctx context.Context, databaseURL string, version int64) (int, error) {
+	return up(ctx, databaseURL, version)
+}
+
 // Up applies every pending migration to the database at databaseURL, which must be an owner connection.
 // Concurrent callers are serialised by a PostgreSQL advisory lock, so two processes migrating the same
 // database at once is safe. It returns the number of migrations applied.
 func Up(ctx context.Context, databaseURL string) (int, error) {
+	return up(ctx, databaseURL, 0)
+}
+
+// up applies the pending migrations up to version (0: all).
+func up(ctx context.Context, databaseURL string, version int64) (int, error) {
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
 		return 0, fmt.Errorf("migrate: open: %w", err)
@@ -39,7 +50,12 @@ func Up(ctx context.Context, databaseURL string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("migrate: %w", err)
 	}
-	res, err := p.Up(ctx)
+	var res []*goose.MigrationResult
+	if version > 0 {
+		res, err = p.UpTo(ctx, version)
+	} else {
+		res, err = p.Up(ctx)
+	}
 	if err != nil {
 		return len(res), fmt.Errorf("migrate: up: %w", err)
 	}

@@ -124,6 +124,41 @@ func New(tb testing.TB) *DB {
 	}
 }
 
+// NewAt returns a new database migrated up to and including version only, dropped when tb ends: the
+// schema an earlier release left, to test a later migration on (migrations.Up then applies the rest).
+// It is slower than New (it migrates instead of cloning).
+func NewAt(tb testing.TB, version int64) *DB {
+	tb.Helper()
+	setupOnce.Do(func() { setup = prepare(tb) })
+	if setup.err != nil {
+		if setup.noServer && testing.Short() {
+			tb.Skipf("pgtest: skipped under -short: %v", setup.err)
+		}
+		tb.Fatalf("pgtest: %v", setup.err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	cloneMu.Lock()
+	cloneSeq++
+	name := fmt.Sprintf("%s%s_%d_%d_%d", clonePrefix, binaryHash(), time.Now().Unix(), os.Getpid(), cloneSeq)
+	cloneMu.Unlock()
+	admin := setup.server.AdminURL("")
+	if err := exec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+		tb.Fatalf("pgtest: create %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := exec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			tb.Errorf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	if err := migrateTo(ctx, admin, setup.server.AdminURL(name), version); err != nil {
+		tb.Fatalf("pgtest: migrate %s to %d: %v", name, version, err)
+	}
+	return &DB{Name: name, AdminURL: setup.server.AdminURL(name), AppURL: setup.server.URLFor(migrations.AppRole, name)}
+}
+
 // AdminPool returns a pool on AdminURL, closed when tb ends; it fails tb if the database does not answer.
 func (d *DB) AdminPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
@@ -199,7 +234,10 @@ func prepare(tb testing.TB) shared {
 }
 
 // migrate applies the migrations to tplURL while holding migrateLockKey on a session to adminURL.
-func migrate(ctx context.Context, adminURL, tplURL string) error {
+func migrate(ctx context.Context, adminURL, tplURL string) error { return migrateTo(ctx, adminURL, tplURL, 0) }
+
+// migrateTo is migrate up to version (0: all).
+func migrateTo(ctx context.Context, adminURL, tplURL string, version int64) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -208,10 +246,12 @@ func migrate(ctx context.Context, adminURL, tplURL string) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
-	if _, err := migrations.Up(ctx, tplURL); err != nil {
-		return err
+	if version > 0 {
+		_, err = migrations.UpTo(ctx, tplURL, version)
+	} else {
+		_, err = migrations.Up(ctx, tplURL)
 	}
-	return nil
+	return err
 }
 
 // sweep drops databases this package created more than staleAfter before now (by the timestamp in their
