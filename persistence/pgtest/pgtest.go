@@ -234,7 +234,9 @@ func prepare(tb testing.TB) shared {
 }
 
 // migrate applies the migrations to tplURL while holding migrateLockKey on a session to adminURL.
-func migrate(ctx context.Context, adminURL, tplURL string) error { return migrateTo(ctx, adminURL, tplURL, 0) }
+func migrate(ctx context.Context, adminURL, tplURL string) error {
+	return migrateTo(ctx, adminURL, tplURL, 0)
+}
 
 // migrateTo is migrate up to version (0: all).
 func migrateTo(ctx context.Context, adminURL, tplURL string, version int64) error {
