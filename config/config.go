@@ -52,6 +52,9 @@ const (
 	DefaultAuthThrottledAddresses = 65_536  // MCPFLEET_AUTH_THROTTLED_ADDRESSES
 	DefaultListAdvertisementLimit = 100     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT
 
+	DefaultAuthLookupsPerAddress = 4               // MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS
+	DefaultAuthLookupWait        = 5 * time.Second // how long a request waits for its address's lookup slot
+
 	DefaultEventStreams          = 256              // MCPFLEET_EVENT_STREAMS
 	DefaultEventStreamsPerTenant = 32               // MCPFLEET_EVENT_STREAMS_PER_TENANT
 	DefaultEventStreamsPerKey    = 8                // MCPFLEET_EVENT_STREAMS_PER_KEY

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/config"
@@ -35,6 +36,13 @@ type AuthConfig struct {
 	// ThrottledAddresses bounds the addresses whose failures are remembered (least recently failed
 	// forgotten first); default 65,536.
 	ThrottledAddresses int
+	// LookupsPerAddress bounds the database lookups of keys the service has never confirmed that one
+	// client address has in flight at once (default 4); a request past it waits for one to finish, at
+	// most LookupWait (default 5 s) and never past its own deadline, then is answered 429
+	// auth_lookups_busy. With the failure budget this caps what N keys sent at once from one address
+	// cost: at most FailureBurst + LookupsPerAddress - 1 lookups, however large N.
+	LookupsPerAddress int
+	LookupWait        time.Duration
 }
 
 // withDefaults returns c with every zero field at its default (package config).
@@ -43,6 +51,8 @@ func (c AuthConfig) withDefaults() AuthConfig {
 	c.FailureBurst = config.Or(c.FailureBurst, config.DefaultAuthFailureBurst)
 	c.FailureRate = config.Or(c.FailureRate, config.DefaultAuthFailureRate)
 	c.ThrottledAddresses = config.Or(c.ThrottledAddresses, config.DefaultAuthThrottledAddresses)
+	c.LookupsPerAddress = config.Or(c.LookupsPerAddress, config.DefaultAuthLookupsPerAddress)
+	c.LookupWait = config.Or(c.LookupWait, config.DefaultAuthLookupWait)
 	return c
 }
 
@@ -51,20 +61,33 @@ func (c AuthConfig) withDefaults() AuthConfig {
 // stops working within posTTL (30 s), sooner if it is evicted. While the database cannot be asked, a
 // key it last confirmed stays trusted (stale-if-error).
 //
-// A database lookup happens only for a key that is not cached; lookups that find no key are counted
-// per client address (failures), and an address past its budget is answered 429 instead of a
-// lookup. A key the database confirmed — cached, even expired — is never throttled, so a fleet
-// sharing one address (NAT) keeps working beside a misconfigured or hostile neighbour.
+// A database lookup happens only for a key that is not cached, and requests for the same key at once
+// share one lookup (a flight), so a fleet starting with one new key costs one lookup, not one a module.
+// A key the service has never confirmed is looked up under two per-address bounds: at most
+// LookupsPerAddress such lookups in flight at once (the rest wait their turn), and a token bucket of
+// lookups that found no key (failures), past which the address is answered 429 instead of a lookup.
+// Unknown keys sent at once therefore cost at most burst + LookupsPerAddress - 1 lookups, while valid,
+// not yet cached keys sent at once all pass (they wait a lookup's time, never take a failure token).
+// A key the database confirmed — cached, even expired — is never throttled, so a fleet sharing one
+// address (NAT) keeps working beside a misconfigured or hostile neighbour.
+//
+// All per-address and per-key state is bounded: the failure buckets by an LRU of ThrottledAddresses,
+// the lookup slots and flights by what is in flight (an entry lives only while a request uses it).
 type authenticator struct {
-	lookup keyLookup
-	posTTL time.Duration
-	negTTL time.Duration
-	now    func() time.Time
+	lookup     keyLookup
+	posTTL     time.Duration
+	negTTL     time.Duration
+	now        func() time.Time
+	perAddress int
+	lookupWait time.Duration
 
 	mu       sync.Mutex
 	known    *lru.Cache[[32]byte, knownKey]  // keys the database confirmed
 	unknown  *lru.Cache[[32]byte, time.Time] // keys it refused, until when the refusal holds
 	failures *failureThrottle
+	slots    map[netip.Addr]*lookupSlots // per address, while a request holds or waits for a slot
+	flights  map[[32]byte]*flight        // lookups in flight, by key
+	waiting  atomic.Int64                // requests waiting for a slot or a flight (tests watch it)
 }
 
 type knownKey struct {
@@ -72,17 +95,37 @@ type knownKey struct {
 	expires time.Time
 }
 
+// lookupSlots is one address's semaphore of lookups; users counts the requests holding or waiting for
+// a slot, and the entry is dropped when it reaches zero.
+type lookupSlots struct {
+	sem   chan struct{}
+	users int
+}
+
+// flight is one lookup that requests for the same key wait on; p and err are set before done closes.
+// shared is false when the answer belongs to the leader's request alone (its wait or context ran
+// out, or its address was throttled): a waiter then tries for itself.
+type flight struct {
+	done   chan struct{}
+	p      persistence.Principal
+	err    error
+	shared bool
+}
+
 func newAuthenticator(lookup keyLookup, cfg AuthConfig) *authenticator {
 	cfg = cfg.withDefaults()
 	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, now: time.Now,
+		perAddress: cfg.LookupsPerAddress, lookupWait: cfg.LookupWait,
 		known:    lru.New[[32]byte, knownKey](cfg.KeyCacheSize),
 		unknown:  lru.New[[32]byte, time.Time](max(cfg.KeyCacheSize/8, 1024)),
-		failures: newFailureThrottle(cfg.FailureBurst, cfg.FailureRate, cfg.ThrottledAddresses)}
+		failures: newFailureThrottle(cfg.FailureBurst, cfg.FailureRate, cfg.ThrottledAddresses),
+		slots:    map[netip.Addr]*lookupSlots{}, flights: map[[32]byte]*flight{}}
 }
 
 // authenticate returns the principal of r's bearer key, a 401 problem, a 429 auth_throttled problem
-// (with Retry-After) when r's address made too many failed lookups, or 503 when the database cannot
-// be asked about a key it has not confirmed before.
+// (with Retry-After) when r's address made too many failed lookups, a 429 auth_lookups_busy problem
+// when its address had too many lookups in flight for longer than the lookup wait, or 503 when the
+// database cannot be asked about a key it has not confirmed before.
 func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, error) {
 	h := r.Header.Get("Authorization")
 	scheme, key, found := strings.Cut(h, " ")
@@ -95,27 +138,74 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 	}
 	var hk [32]byte
 	copy(hk[:], persistence.HashAPIKey(key))
-	now := a.now()
 	addr := clientAddress(r)
-	a.mu.Lock()
-	k, isKnown := a.known.Get(hk)
-	if isKnown && !now.After(k.expires) {
+	ctx := r.Context()
+	for {
+		now := a.now()
+		a.mu.Lock()
+		k, isKnown := a.known.Get(hk)
+		if isKnown && !now.After(k.expires) {
+			a.mu.Unlock()
+			return k.p, nil
+		}
+		if !isKnown {
+			if until, refused := a.unknown.Get(hk); refused && !now.After(until) {
+				a.mu.Unlock()
+				return persistence.Principal{}, unauthorized("the API key is not valid")
+			}
+			if wait := a.failures.wait(addr, now); wait > 0 {
+				a.mu.Unlock()
+				return persistence.Principal{}, authThrottled(wait)
+			}
+		}
+		if f, ok := a.flights[hk]; ok {
+			a.mu.Unlock()
+			a.waiting.Add(1)
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+			}
+			a.waiting.Add(-1)
+			if ctx.Err() != nil {
+				return persistence.Principal{}, lookupsBusy()
+			}
+			if f.shared {
+				return f.p, f.err
+			}
+			continue // the leader's answer was its own: try again
+		}
+		f := &flight{done: make(chan struct{})}
+		a.flights[hk] = f
 		a.mu.Unlock()
-		return k.p, nil
+		f.p, f.shared, f.err = a.lookUp(ctx, hk, addr, isKnown, k)
+		a.mu.Lock()
+		delete(a.flights, hk)
+		a.mu.Unlock()
+		close(f.done)
+		return f.p, f.err
 	}
-	if !isKnown {
-		if until, refused := a.unknown.Get(hk); refused && !now.After(until) {
-			a.mu.Unlock()
-			return persistence.Principal{}, unauthorized("the API key is not valid")
-		}
-		if wait := a.failures.wait(addr, now); wait > 0 {
-			a.mu.Unlock()
-			return persistence.Principal{}, authThrottled(wait)
-		}
-	}
-	a.mu.Unlock()
+}
 
-	p, err := a.lookup.LookupKey(r.Context(), hk[:])
+// lookUp asks the database about hk for a request from addr and caches the answer; shared reports
+// whether the answer holds for every request of hk, not just this one. A key never confirmed (not
+// known) takes one of addr's lookup slots first.
+func (a *authenticator) lookUp(ctx context.Context, hk [32]byte, addr netip.Addr, isKnown bool, k knownKey) (p persistence.Principal, shared bool, err error) {
+	if !isKnown {
+		release, err := a.acquire(ctx, addr)
+		if err != nil {
+			return persistence.Principal{}, false, err
+		}
+		defer release()
+		// Failures may have used up the budget while this request waited for its slot.
+		a.mu.Lock()
+		wait := a.failures.wait(addr, a.now())
+		a.mu.Unlock()
+		if wait > 0 {
+			return persistence.Principal{}, false, authThrottled(wait)
+		}
+	}
+	p, err = a.lookup.LookupKey(ctx, hk[:])
+	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -123,19 +213,56 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 		a.known.Remove(hk)
 		a.unknown.Add(hk, now.Add(a.negTTL))
 		a.failures.fail(addr, now)
-		return persistence.Principal{}, unauthorized("the API key is not valid")
+		return persistence.Principal{}, true, unauthorized("the API key is not valid")
 	case err != nil && isKnown:
 		// The database cannot answer: keep trusting what it last said about this key, so a database
 		// outage does not stop heartbeats (a key revoked meanwhile works until the database is back).
 		k.expires = now.Add(a.negTTL)
 		a.known.Add(hk, k)
-		return k.p, nil
+		return k.p, true, nil
 	case err != nil:
-		return persistence.Principal{}, unavailable("the API key could not be checked right now", 2*time.Second, err)
+		return persistence.Principal{}, ctx.Err() == nil, unavailable("the API key could not be checked right now", 2*time.Second, err)
 	}
 	a.unknown.Remove(hk)
 	a.known.Add(hk, knownKey{p: p, expires: now.Add(a.posTTL)})
-	return p, nil
+	return p, true, nil
+}
+
+// acquire takes one of addr's lookup slots, waiting at most the lookup wait and never past ctx, and
+// returns the function that gives it back.
+func (a *authenticator) acquire(ctx context.Context, addr netip.Addr) (release func(), err error) {
+	a.mu.Lock()
+	s := a.slots[addr]
+	if s == nil {
+		s = &lookupSlots{sem: make(chan struct{}, a.perAddress)}
+		a.slots[addr] = s
+	}
+	s.users++
+	a.mu.Unlock()
+	leave := func() {
+		a.mu.Lock()
+		if s.users--; s.users == 0 {
+			delete(a.slots, addr)
+		}
+		a.mu.Unlock()
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; leave() }, nil
+	default:
+	}
+	a.waiting.Add(1)
+	defer a.waiting.Add(-1)
+	timer := time.NewTimer(a.lookupWait)
+	defer timer.Stop()
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; leave() }, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	leave()
+	return nil, lookupsBusy()
 }
 
 // clientAddress is the address failures are counted against: the peer's IP address (an IPv6 one as
@@ -215,6 +342,14 @@ func authThrottled(wait time.Duration) *Problem {
 		"too many unknown API keys came from this address: retry in %d s (keys this service already knows are not held up)",
 		int(math.Ceil(wait.Seconds()))))
 	p.RetryAfter = wait
+	return p
+}
+
+// lookupsBusy is the answer to a request that waited too long for one of its address's lookup slots.
+func lookupsBusy() *Problem {
+	p := problem(http.StatusTooManyRequests, "auth_lookups_busy",
+		"too many API keys this service has not seen yet are being checked for this address at once: retry in 1 s (keys it already knows are not held up)")
+	p.RetryAfter = time.Second
 	return p
 }
 

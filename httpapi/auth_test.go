@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -271,4 +274,152 @@ func TestAuthRevocationWindow(t *testing.T) {
 	if st, _ := r.auth(key, "10.0.0.1:1"); st != 401 {
 		t.Fatalf("after the 30 s window: %d, want 401", st)
 	}
+}
+
+// gatedStore is a keyStore whose lookups block until release is closed, so a test can hold lookups in
+// flight and see how many reach the database at once. A fake, not PostgreSQL: the property under test
+// is how many lookups the authenticator makes, which a real database cannot count for us.
+type gatedStore struct {
+	mu       sync.Mutex
+	keys     map[string]persistence.Principal
+	inFlight atomic.Int64 // lookups begun
+	release  chan struct{}
+}
+
+func (g *gatedStore) LookupKey(ctx context.Context, hash []byte) (persistence.Principal, error) {
+	g.inFlight.Add(1)
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return persistence.Principal{}, ctx.Err()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p, ok := g.keys[string(hash)]; ok {
+		return p, nil
+	}
+	return persistence.Principal{}, persistence.ErrNotFound
+}
+
+// parallelAuth authenticates each key at once from remote and returns the statuses, once every request
+// is settled: looked up (blocked in the store), answered, or waiting for a slot or a flight; then it
+// releases the store.
+func parallelAuth(t *testing.T, a *authenticator, store *gatedStore, keys []string, remote string) map[int]int {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		answered atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for _, key := range keys {
+		wg.Go(func() {
+			req := httptest.NewRequest("GET", "/", nil)
+			req.RemoteAddr = remote
+			req.Header.Set("Authorization", "Bearer "+key)
+			st := 200
+			if _, err := a.authenticate(req); err != nil {
+				var p *Problem
+				if !errors.As(err, &p) {
+					t.Errorf("authenticate: %v", err)
+				}
+				st = p.Status
+			}
+			answered.Add(1)
+			mu.Lock()
+			statuses[st]++
+			mu.Unlock()
+		})
+	}
+	wait.For(t, "every request looked up, answered or waiting", 10*time.Second, func() bool {
+		return store.inFlight.Load()+answered.Load()+a.waiting.Load() == int64(len(keys))
+	})
+	close(store.release)
+	wg.Wait()
+	return statuses
+}
+
+// Unknown keys sent at once from one address cost at most burst + LookupsPerAddress - 1 lookups, not
+// one each (counting the failure only after its lookup let every request in flight pass the check).
+func TestAuthParallelUnknownKeysAreBoundedPerAddress(t *testing.T) {
+	const burst, perAddress, parallel = 3, 4, 200
+	store := &gatedStore{keys: map[string]persistence.Principal{}, release: make(chan struct{})}
+	a := newAuthenticator(store, AuthConfig{FailureBurst: burst, FailureRate: 0.001, LookupsPerAddress: perAddress, LookupWait: time.Minute})
+	keys := make([]string, parallel)
+	for i := range keys {
+		keys[i], _, _ = persistence.GenerateAPIKey()
+	}
+	statuses := parallelAuth(t, a, store, keys, "10.9.9.9:4000")
+	if n := store.inFlight.Load(); n > burst+perAddress-1 {
+		t.Fatalf("%d parallel unknown keys from one address cost %d lookups, want at most %d", parallel, n, burst+perAddress-1)
+	}
+	if statuses[401] != int(store.inFlight.Load()) || statuses[401]+statuses[429] != parallel {
+		t.Fatalf("answers %v: want a 401 per lookup and 429 for the rest", statuses)
+	}
+	if len(a.slots) != 0 || len(a.flights) != 0 {
+		t.Fatalf("per-address state left behind: %d slot sets, %d flights", len(a.slots), len(a.flights))
+	}
+}
+
+// Many uses at once of one valid key the service has not seen yet (a fleet restarting with one key
+// behind one address) share one lookup and all pass; so do many valid new keys at once, which wait for
+// a slot but never take a failure token.
+func TestAuthParallelNewValidKeysPass(t *testing.T) {
+	key, hash, _ := persistence.GenerateAPIKey()
+	store := &gatedStore{keys: map[string]persistence.Principal{string(hash): {KeyID: uuid.New(), Role: persistence.RoleModule}},
+		release: make(chan struct{})}
+	a := newAuthenticator(store, AuthConfig{FailureBurst: 3, FailureRate: 0.001, LookupsPerAddress: 4, LookupWait: time.Minute})
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = key
+	}
+	if st := parallelAuth(t, a, store, keys, "10.9.9.9:4000"); st[200] != 64 {
+		t.Fatalf("64 parallel uses of one new valid key: %v, want 64 × 200", st)
+	}
+	if n := store.inFlight.Load(); n != 1 {
+		t.Fatalf("64 parallel uses of one new valid key cost %d lookups, want 1", n)
+	}
+
+	store = &gatedStore{keys: map[string]persistence.Principal{}, release: make(chan struct{})}
+	a = newAuthenticator(store, AuthConfig{FailureBurst: 3, FailureRate: 0.001, LookupsPerAddress: 4, LookupWait: time.Minute})
+	for i := range keys {
+		k, h, _ := persistence.GenerateAPIKey()
+		keys[i] = k
+		store.keys[string(h)] = persistence.Principal{KeyID: uuid.New(), Role: persistence.RoleModule}
+	}
+	if st := parallelAuth(t, a, store, keys, "10.9.9.9:4000"); st[200] != 64 {
+		t.Fatalf("64 new valid keys at once from one address: %v, want 64 × 200", st)
+	}
+}
+
+// A request that cannot get a lookup slot within the lookup wait is answered 429 auth_lookups_busy;
+// another address is not held up by it.
+func TestAuthLookupWaitIsBounded(t *testing.T) {
+	store := &gatedStore{keys: map[string]persistence.Principal{}, release: make(chan struct{})}
+	a := newAuthenticator(store, AuthConfig{LookupsPerAddress: 1, LookupWait: 20 * time.Millisecond})
+	do := func(remote string) (int, *Problem) {
+		key, _, _ := persistence.GenerateAPIKey()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a bound, should the wait not be
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		req.RemoteAddr = remote
+		req.Header.Set("Authorization", "Bearer "+key)
+		_, err := a.authenticate(req)
+		var p *Problem
+		if !errors.As(err, &p) {
+			return 200, nil
+		}
+		return p.Status, p
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { do("10.0.0.1:1") })
+	wait.For(t, "the first lookup in flight", 5*time.Second, func() bool { return store.inFlight.Load() == 1 })
+	st, p := do("10.0.0.1:2")
+	if st != 429 || p.Type != ProblemBase+"auth_lookups_busy" || p.RetryAfter != time.Second {
+		t.Fatalf("past the lookup wait: %d %+v, want 429 auth_lookups_busy with Retry-After 1 s", st, p)
+	}
+	wg.Go(func() { do("10.0.0.2:1") })
+	wait.For(t, "another address's lookup in flight", 5*time.Second, func() bool { return store.inFlight.Load() == 2 })
+	close(store.release)
+	wg.Wait()
 }

@@ -52,6 +52,7 @@ type Config struct {
 	AuthFailureBurst       int     // MCPFLEET_AUTH_FAILURE_BURST: failed key lookups an address may make at once, default 30
 	AuthFailureRate        float64 // MCPFLEET_AUTH_FAILURE_RATE: and then per second, default 2
 	AuthThrottledAddresses int     // MCPFLEET_AUTH_THROTTLED_ADDRESSES: addresses whose failures are remembered, default 65536
+	AuthLookupsPerAddress  int     // MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS: lookups of new keys one address has in flight at once, default 4
 	ListAdvertisementLimit int     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT: largest list page with capability advertisements, default 100
 
 	// MCP is the MCP endpoint for agents at /mcp (service/mcpendpoint.go).
@@ -177,6 +178,7 @@ func (c *Config) apiLimitsFromEnv(e *config.Env) {
 	c.AuthFailureBurst = e.Int("MCPFLEET_AUTH_FAILURE_BURST", config.DefaultAuthFailureBurst, 1, 1e6)
 	c.AuthFailureRate = e.Number("MCPFLEET_AUTH_FAILURE_RATE", config.DefaultAuthFailureRate, 0.001, 1e6)
 	c.AuthThrottledAddresses = e.Int("MCPFLEET_AUTH_THROTTLED_ADDRESSES", config.DefaultAuthThrottledAddresses, 16, 1e8)
+	c.AuthLookupsPerAddress = e.Int("MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS", config.DefaultAuthLookupsPerAddress, 1, 1000)
 	c.ListAdvertisementLimit = e.Int("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", config.DefaultListAdvertisementLimit, 1, 1000)
 }
 
@@ -184,6 +186,6 @@ func (c *Config) apiLimitsFromEnv(e *config.Env) {
 func (c Config) apiConfig() httpapi.Config {
 	return httpapi.Config{HeartbeatInterval: c.HeartbeatInterval, ListAdvertisementLimit: c.ListAdvertisementLimit,
 		Auth: httpapi.AuthConfig{KeyCacheSize: c.KeyCacheSize, FailureBurst: c.AuthFailureBurst, FailureRate: c.AuthFailureRate,
-			ThrottledAddresses: c.AuthThrottledAddresses}, Events: c.eventStreamConfig(),
+			ThrottledAddresses: c.AuthThrottledAddresses, LookupsPerAddress: c.AuthLookupsPerAddress}, Events: c.eventStreamConfig(),
 		MaxToolsPerServer: c.MaxToolsPerServer, MaxAdvertisementBytes: c.MaxAdvertisementBytes}
 }

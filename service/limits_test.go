@@ -23,18 +23,20 @@ func TestAPILimitsFromEnv(t *testing.T) {
 	}
 	if c.MetricsAddr != service.DefaultMetricsAddr || c.KeyCacheSize != config.DefaultKeyCacheSize ||
 		c.AuthFailureBurst != config.DefaultAuthFailureBurst || c.AuthFailureRate != config.DefaultAuthFailureRate ||
-		c.AuthThrottledAddresses != config.DefaultAuthThrottledAddresses || c.ListAdvertisementLimit != config.DefaultListAdvertisementLimit {
+		c.AuthThrottledAddresses != config.DefaultAuthThrottledAddresses || c.ListAdvertisementLimit != config.DefaultListAdvertisementLimit ||
+		c.AuthLookupsPerAddress != config.DefaultAuthLookupsPerAddress {
 		t.Fatalf("defaults: %+v", c)
 	}
 	env := map[string]string{
 		"MCPFLEET_METRICS_ADDR": "off", "MCPFLEET_KEY_CACHE_SIZE": "5000", "MCPFLEET_AUTH_FAILURE_BURST": "7",
 		"MCPFLEET_AUTH_FAILURE_RATE": "0.5", "MCPFLEET_AUTH_THROTTLED_ADDRESSES": "100", "MCPFLEET_LIST_ADVERTISEMENT_LIMIT": "20",
+		"MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS": "9",
 	}
 	if c, err = service.FromEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if c.MetricsAddr != "" || c.KeyCacheSize != 5000 || c.AuthFailureBurst != 7 || c.AuthFailureRate != 0.5 ||
-		c.AuthThrottledAddresses != 100 || c.ListAdvertisementLimit != 20 {
+		c.AuthThrottledAddresses != 100 || c.ListAdvertisementLimit != 20 || c.AuthLookupsPerAddress != 9 {
 		t.Fatalf("parsed: %+v", c)
 	}
 	env["MCPFLEET_METRICS_ADDR"] = "[::1]:9464"
@@ -43,7 +45,7 @@ func TestAPILimitsFromEnv(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"MCPFLEET_KEY_CACHE_SIZE": "10", "MCPFLEET_AUTH_FAILURE_BURST": "x", "MCPFLEET_AUTH_FAILURE_RATE": "0",
-		"MCPFLEET_AUTH_THROTTLED_ADDRESSES": "-1", "MCPFLEET_LIST_ADVERTISEMENT_LIMIT": "5000",
+		"MCPFLEET_AUTH_THROTTLED_ADDRESSES": "-1", "MCPFLEET_LIST_ADVERTISEMENT_LIMIT": "5000", "MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS": "0",
 	} {
 		bad := map[string]string{k: v}
 		if _, err := service.FromEnv(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), k) {
