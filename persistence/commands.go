@@ -36,7 +36,7 @@ type Command interface {
 // Commit applies cmds in one transaction and commits. If the group fails, each command is retried in a
 // transaction of its own, so one bad command cannot fail the others. errs[i] is the outcome of cmds[i]:
 // nil only after its COMMIT succeeded, or the command's own refusal (see refuse), which wrote nothing and
-// did not fail the group. A command without a tenant fails closed. With a context from WithParents, each
+// did not fail the group: ErrFenced for a command whose fence is stale (see WithFence). A command without a tenant fails closed. With a context from WithParents, each
 // command is traced under its own writer.apply span.
 func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	errs = make([]error, len(cmds))
@@ -399,13 +399,17 @@ func nullJSON(b []byte) any {
 
 // SkillAvailabilityCmd sets available on every non-orphaned skill of the given servers of one tenant:
 // the skill_unavailable cascade (seed §11.2) and its reverse on recovery. An orphaned skill is never made
-// available.
+// available. Fences, if not nil, holds the fence of each server of ServerIDs (same order): a server whose
+// fence is stale is left alone and counted in Fenced (its new owner repairs its skills, see
+// ReconcileSkills); the others are written in the same transaction.
 type SkillAvailabilityCmd struct {
 	TenantID  uuid.UUID
 	ServerIDs []uuid.UUID
+	Fences    []Fence
 	Available bool
 
-	Changed int64 // result
+	Changed int64 // result: skills changed
+	Fenced  int64 // result: servers skipped for a stale fence
 }
 
 // Tenant implements Command.
@@ -413,17 +417,28 @@ func (c *SkillAvailabilityCmd) Tenant() uuid.UUID { return c.TenantID }
 
 // Queue implements Command.
 func (c *SkillAvailabilityCmd) Queue(b *pgx.Batch) {
-	b.Queue(`UPDATE skill_registry SET available = $2, updated_at = now()
-		WHERE server_id = ANY($1::uuid[]) AND available <> $2 AND ($2 = false OR orphaned_at IS NULL)`,
-		c.ServerIDs, c.Available)
+	shards := make([]int32, len(c.ServerIDs))
+	epochs := make([]int64, len(c.ServerIDs))
+	for i := range c.ServerIDs {
+		if i < len(c.Fences) {
+			shards[i], epochs[i] = int32(c.Fences[i].Shard), c.Fences[i].Epoch
+		}
+	}
+	b.Queue(`WITH v AS (SELECT * FROM unnest($1::uuid[], $3::int[], $4::bigint[]) AS v(id, shard, epoch)),
+		owned AS MATERIALIZED (SELECT shard, epoch FROM shard_owners
+			WHERE (shard, epoch) IN (SELECT shard, epoch FROM v WHERE epoch <> 0) FOR SHARE),
+		ok AS (SELECT id FROM v WHERE epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch)),
+		up AS (UPDATE skill_registry SET available = $2, updated_at = now()
+			WHERE server_id IN (SELECT id FROM ok) AND available <> $2 AND ($2 = false OR orphaned_at IS NULL)
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM v) - (SELECT count(*) FROM ok)`,
+		c.ServerIDs, c.Available, shards, epochs)
 }
 
 // Read implements Command.
 func (c *SkillAvailabilityCmd) Read(br pgx.BatchResults) error {
-	tag, err := br.Exec()
-	if err != nil {
+	if err := br.QueryRow().Scan(&c.Changed, &c.Fenced); err != nil {
 		return fmt.Errorf("skill availability: %w", err)
 	}
-	c.Changed = tag.RowsAffected()
 	return nil
 }

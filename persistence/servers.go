@@ -147,15 +147,19 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 	return nil
 }
 
-// Stamp is one coalesced heartbeat: the newest accepted heartbeat time of a server.
+// Stamp is one coalesced heartbeat: the newest accepted heartbeat time of a server, written under the
+// fence of the server's shard (the zero Fence: unfenced).
 type Stamp struct {
 	TenantID uuid.UUID
 	ServerID uuid.UUID
 	At       time.Time
+	Fence    Fence
 }
 
 // StampHeartbeats writes last_heartbeat_at for every stamp in one transaction, with one set-based
-// UPDATE per tenant. A stamp never moves last_heartbeat_at backwards.
+// UPDATE per tenant. A stamp never moves last_heartbeat_at backwards. A stamp whose fence is stale is
+// dropped without an error (its server has a newer owner, which judges it on the evidence it receives
+// itself); the shards' rows are held FOR SHARE to COMMIT, as by every fenced write (see WithFence).
 func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
 	byTenant := map[uuid.UUID][]Stamp{}
 	for _, st := range stamps {
@@ -165,14 +169,20 @@ func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
 	for tenant, sts := range byTenant {
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
+		shards := make([]int32, len(sts))
+		epochs := make([]int64, len(sts))
 		for i, st := range sts {
-			ids[i], ats[i] = st.ServerID, st.At
+			ids[i], ats[i], shards[i], epochs[i] = st.ServerID, st.At, int32(st.Fence.Shard), st.Fence.Epoch
 		}
 		steps = append(steps, tenantStep{tenant: tenant,
 			queue: func(b *pgx.Batch) {
-				b.Queue(`UPDATE mcp_servers m SET last_heartbeat_at = v.at
-					FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, at)
-					WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at`, ids, ats)
+				b.Queue(`WITH v AS (SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::bigint[]) AS v(id, at, shard, epoch)),
+					owned AS MATERIALIZED (SELECT shard, epoch FROM shard_owners
+						WHERE (shard, epoch) IN (SELECT shard, epoch FROM v WHERE epoch <> 0) FOR SHARE)
+					UPDATE mcp_servers m SET last_heartbeat_at = v.at FROM v
+					WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at
+					  AND (v.epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch))`,
+					ids, ats, shards, epochs)
 			},
 			read: func(br pgx.BatchResults) error { _, err := br.Exec(); return err },
 		})

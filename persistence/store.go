@@ -405,7 +405,7 @@ func IsTransient(err error) bool {
 		return false
 	}
 	// The store's own verdicts are permanent: a retry would get the same answer.
-	for _, permanent := range []error{ErrNotFound, ErrConflict, ErrNotOwned, ErrServerLimit, ErrCatalogueSource} {
+	for _, permanent := range []error{ErrNotFound, ErrConflict, ErrNotOwned, ErrServerLimit, ErrCatalogueSource, ErrFenced} {
 		if errors.Is(err, permanent) {
 			return false
 		}
