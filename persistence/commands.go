@@ -36,8 +36,9 @@ type Command interface {
 // Commit applies cmds in one transaction and commits. If the group fails, each command is retried in a
 // transaction of its own, so one bad command cannot fail the others. errs[i] is the outcome of cmds[i]:
 // nil only after its COMMIT succeeded, or the command's own refusal (see refuse), which wrote nothing and
-// did not fail the group: ErrFenced for a command whose fence is stale (see WithFence). A command without a tenant fails closed. With a context from WithParents, each
-// command is traced under its own writer.apply span.
+// did not fail the group: ErrFenced for a command whose fence is stale (see WithFence). A command without
+// a tenant fails closed. With a context from WithParents, each command is traced under its own
+// writer.apply span.
 func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	errs = make([]error, len(cmds))
 	if len(cmds) == 0 {
