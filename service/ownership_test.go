@@ -393,3 +393,32 @@ func TestEndpointMoveByModuleKeyDisablesTools(t *testing.T) {
 		t.Fatalf("the call after approval: %+v", c)
 	}
 }
+
+// An import of a catalogue with more tools than MCPFLEET_MAX_TOOLS_PER_SERVER is refused whole (409
+// catalogue_too_large), never trimmed: nothing of it is written and the previous catalogue stands. At
+// the limit it is imported.
+func TestImportToolsPerServerLimit(t *testing.T) {
+	h := newHarness(t, withMCP, withLimits(0, 3, 0))
+	atLimit, over := mcptest.Paged(t, 3, 2), mcptest.Paged(t, 4, 2)
+	b := configureBody("paged", atLimit.URL)
+	b["data_class"] = "internal"
+	id := h.configureID(b)
+	if rep := h.importCatalogue(id); rep["tool_count"] != float64(3) {
+		t.Fatalf("import at the limit: %v", rep)
+	}
+	h.patch(id, map[string]any{"endpoint": over.URL})
+	p := wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/import", h.adminKey(), nil), http.StatusConflict, "catalogue_too_large")
+	if d, _ := p["detail"].(string); !strings.Contains(d, "4") || !strings.Contains(d, "3") {
+		t.Fatalf("detail %q names neither the tools nor the limit", d)
+	}
+	skills := h.fullSkills(id)
+	if len(skills) != 3 {
+		t.Fatalf("%d skills after the refused import, want the 3 of the previous catalogue", len(skills))
+	}
+	if _, ok := skills[mcptest.PagedToolName(3)]; ok {
+		t.Fatal("a tool of the refused catalogue was written")
+	}
+	if obj := h.fetchServer(id); obj["tool_count"] != float64(3) {
+		t.Fatalf("tool_count after the refused import: %v", obj["tool_count"])
+	}
+}
