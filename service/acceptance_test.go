@@ -75,11 +75,11 @@ func TestAC01_ServerHealthStatusEnumCardinality4(t *testing.T) {
 		t.Fatalf("enum has %d values", len(health.Statuses()))
 	}
 	id := h.register("calendar")
-	pool := h.db.AppPool(t)
+	pool := h.DB.AppPool(t)
 	ctx := context.Background()
 	for _, st := range []string{"healthy", "degraded", "unhealthy", "deregistered", "bogus", "HEALTHY", ""} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := persistence.SetTenant(ctx, tx, h.tenant); err != nil {
+			if err := persistence.SetTenant(ctx, tx, h.Tenant); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, "UPDATE mcp_servers SET status = $1 WHERE server_id = $2", st, id)
@@ -204,10 +204,10 @@ func TestAC06_FiveAuditKindsEmitted(t *testing.T) {
 		t.Fatalf("audit kinds = %v, want %v", got, want)
 	}
 	// The table admits exactly these five.
-	err := pgx.BeginFunc(context.Background(), h.db.AppPool(t), func(tx pgx.Tx) error {
-		_ = persistence.SetTenant(context.Background(), tx, h.tenant)
+	err := pgx.BeginFunc(context.Background(), h.DB.AppPool(t), func(tx pgx.Tx) error {
+		_ = persistence.SetTenant(context.Background(), tx, h.Tenant)
 		_, err := tx.Exec(context.Background(), `INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, occurred_at)
-			VALUES (gen_random_uuid(), $1, 'mcp.server.exploded', $2, 'x', '1', 'healthy', now())`, h.tenant, id)
+			VALUES (gen_random_uuid(), $1, 'mcp.server.exploded', $2, 'x', '1', 'healthy', now())`, h.Tenant, id)
 		return err
 	})
 	if err == nil {
@@ -218,7 +218,7 @@ func TestAC06_FiveAuditKindsEmitted(t *testing.T) {
 func TestAC07_PIIOnlyModuleNameAndVersion(t *testing.T) {
 	h := newHarness(t)
 	// The audit table's columns are exactly ids, sequence numbers, module_name, version, status and trace context.
-	rows, err := h.db.AdminPool(t).Query(context.Background(),
+	rows, err := h.DB.AdminPool(t).Query(context.Background(),
 		`SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_events' ORDER BY column_name`)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestAC07_PIIOnlyModuleNameAndVersion(t *testing.T) {
 		t.Fatalf("audit event lacks module_name/version: %+v", ev)
 	}
 	var raw map[string]any
-	r := h.do("GET", "/v1/mcp/audit?server_id="+id, h.keys[persistence.RoleOperator], nil)
+	r := h.do("GET", "/v1/mcp/audit?server_id="+id, h.Keys[persistence.RoleOperator], nil)
 	_ = json.Unmarshal(r.body, &raw)
 	e := raw["events"].([]any)[0].(map[string]any)
 	for k := range e {
@@ -250,9 +250,9 @@ func TestAC07_PIIOnlyModuleNameAndVersion(t *testing.T) {
 func TestAC08_RLSDeniesCrossTenant(t *testing.T) {
 	h := newHarness(t)
 	id := h.register("calendar", "list_events")
-	other, _ := h.newTenant("globex")
+	other, _ := h.NewTenant("globex")
 	ctx := context.Background()
-	pool := h.db.AppPool(t)
+	pool := h.DB.AppPool(t)
 	for _, table := range []string{"mcp_servers", "skill_registry", "audit_events"} {
 		var n int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -282,7 +282,7 @@ func TestAC08_RLSDeniesCrossTenant(t *testing.T) {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols)
-			VALUES (gen_random_uuid(), $1, 'sneaky', '1', '{}')`, h.tenant)
+			VALUES (gen_random_uuid(), $1, 'sneaky', '1', '{}')`, h.Tenant)
 		return err
 	})
 	if err == nil {
@@ -343,15 +343,15 @@ func TestAC10_UniqueTenantModuleName(t *testing.T) {
 	if r.status != http.StatusOK || r.json(t)["server_id"] != a {
 		t.Fatalf("re-registration: %d %s, want 200 with server_id %s", r.status, r.body, a)
 	}
-	_, keysB := h.newTenant("globex")
+	_, keysB := h.NewTenant("globex")
 	rb := h.do("POST", "/v1/mcp/servers/register", keysB[persistence.RoleModule], registration("calendar"))
 	if rb.status != http.StatusCreated || rb.json(t)["server_id"] == a {
 		t.Fatalf("same module_name in another tenant: %d %s", rb.status, rb.body)
 	}
-	err := pgx.BeginFunc(context.Background(), h.db.AppPool(t), func(tx pgx.Tx) error {
-		_ = persistence.SetTenant(context.Background(), tx, h.tenant)
+	err := pgx.BeginFunc(context.Background(), h.DB.AppPool(t), func(tx pgx.Tx) error {
+		_ = persistence.SetTenant(context.Background(), tx, h.Tenant)
 		_, err := tx.Exec(context.Background(), `INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols)
-			VALUES (gen_random_uuid(), $1, 'calendar', '2', '{}')`, h.tenant)
+			VALUES (gen_random_uuid(), $1, 'calendar', '2', '{}')`, h.Tenant)
 		return err
 	})
 	if err == nil {
@@ -424,10 +424,10 @@ func TestAC14_AppendOnlyExceptStatusColumns(t *testing.T) {
 	h := newHarness(t)
 	id := h.register("calendar")
 	ctx := context.Background()
-	pool := h.db.AppPool(t)
+	pool := h.DB.AppPool(t)
 	exec := func(sql string) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := persistence.SetTenant(ctx, tx, h.tenant); err != nil {
+			if err := persistence.SetTenant(ctx, tx, h.Tenant); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, sql, id)
@@ -543,13 +543,13 @@ func TestAC18_HealthCheckPathIsInMemory(t *testing.T) {
 // database outage looks to the service; the returned func, also run at cleanup, restores it.
 func revokeAppRole(t *testing.T, h *harness) (restore func()) {
 	t.Helper()
-	admin := h.db.AdminPool(t)
+	admin := h.DB.AdminPool(t)
 	ctx := context.Background()
-	db := pgx.Identifier{h.db.Name}.Sanitize()
+	db := pgx.Identifier{h.DB.Name}.Sanitize()
 	if _, err := admin.Exec(ctx, "REVOKE CONNECT ON DATABASE "+db+" FROM PUBLIC"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.db.Name); err != nil {
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.DB.Name); err != nil {
 		t.Fatal(err)
 	}
 	restore = func() { _, _ = admin.Exec(ctx, "GRANT CONNECT ON DATABASE "+db+" TO PUBLIC") }
@@ -606,7 +606,7 @@ func TestAC19_ObsAlertOnUnhealthy(t *testing.T) {
 func TestAC20_CrossTenantIsolation(t *testing.T) {
 	h := newHarness(t)
 	id := h.register("calendar", "list_events")
-	_, keysB := h.newTenant("globex")
+	_, keysB := h.NewTenant("globex")
 	b := keysB[persistence.RoleAdmin]
 	for _, path := range []string{"/v1/mcp/servers/" + id, "/v1/mcp/servers/" + id + "/skills"} {
 		if r := h.do("GET", path, b, nil); r.status != http.StatusNotFound {

@@ -12,8 +12,8 @@ import (
 func TestBadInputIsAProblem(t *testing.T) {
 	h := newHarness(t)
 	id := h.register("calendar")
-	_, keysB := h.newTenant("globex")
-	mod, op := h.module(), h.keys[persistence.RoleOperator]
+	_, keysB := h.NewTenant("globex")
+	mod, op := h.module(), h.Keys[persistence.RoleOperator]
 	big := `{"module_name":"` + strings.Repeat("a", 1<<20) + `"}`
 	for _, tc := range []struct {
 		name, method, path, key string

@@ -45,9 +45,9 @@ func TestChaosServerActorKilledMidStream(t *testing.T) {
 	})
 	for i := range 10 {
 		if i%2 == 0 {
-			h.svc.Fleet().CrashServer(uuid.MustParse(other))
+			h.Svc.Fleet().CrashServer(uuid.MustParse(other))
 		} else {
-			h.svc.Fleet().StopServer(uuid.MustParse(other))
+			h.Svc.Fleet().StopServer(uuid.MustParse(other))
 		}
 		waitFor(t, "the killed actor to answer again", 5*time.Second, func() bool { return h.heartbeat(other).status == 200 })
 	}
@@ -58,13 +58,13 @@ func TestChaosServerActorKilledMidStream(t *testing.T) {
 
 	// The quiet server's deadline survives its actor being killed at every step of its decline.
 	h.advance(15 * time.Second)
-	h.svc.Fleet().CrashServer(uuid.MustParse(id))
+	h.Svc.Fleet().CrashServer(uuid.MustParse(id))
 	h.advance(10 * time.Second) // 25 s
 	h.runMonitor()
-	h.svc.Fleet().StopServer(uuid.MustParse(id))
+	h.Svc.Fleet().StopServer(uuid.MustParse(id))
 	waitFor(t, "respawn", 5*time.Second, func() bool { return h.status(id) == "degraded" })
 	h.advance(10 * time.Second) // 35 s
-	h.svc.Fleet().CrashServer(uuid.MustParse(id))
+	h.Svc.Fleet().CrashServer(uuid.MustParse(id))
 	h.runMonitor()
 	h.runMonitor()
 	if s := h.status(id); s != "unhealthy" {
@@ -121,11 +121,11 @@ loop:
 		case <-done:
 			break loop
 		case <-time.After(5 * time.Millisecond):
-			h.svc.Fleet().CrashWriter()
+			h.Svc.Fleet().CrashWriter()
 			kills++
 		}
 	}
-	h.restart() // read everything back from PostgreSQL through a fresh process state
+	h.Restart() // read everything back from PostgreSQL through a fresh process state
 	for mod, id := range acked {
 		s := h.fetchServer(id)
 		if s["module_name"] != mod || s["status"] != "healthy" {

@@ -40,8 +40,8 @@ func TestConcurrentRegistrationsOfOneModule(t *testing.T) {
 		}
 	}
 	var n int
-	err := pgx.BeginFunc(context.Background(), h.db.AppPool(t), func(tx pgx.Tx) error {
-		_ = persistence.SetTenant(context.Background(), tx, h.tenant)
+	err := pgx.BeginFunc(context.Background(), h.DB.AppPool(t), func(tx pgx.Tx) error {
+		_ = persistence.SetTenant(context.Background(), tx, h.Tenant)
 		return tx.QueryRow(context.Background(), "SELECT count(*) FROM mcp_servers").Scan(&n)
 	})
 	if err != nil || n != 1 {
@@ -141,7 +141,7 @@ func TestThousandsOfConcurrentHeartbeatsWithMonitor(t *testing.T) {
 		t.Fatalf("%d of 5000 heartbeats failed", failed.Load())
 	}
 	counts := map[string]int{}
-	r := h.do("GET", "/v1/mcp/servers?limit=1000", h.keys[persistence.RoleOperator], nil)
+	r := h.do("GET", "/v1/mcp/servers?limit=1000", h.Keys[persistence.RoleOperator], nil)
 	for _, s := range r.json(t)["servers"].([]any) {
 		counts[s.(map[string]any)["status"].(string)]++
 	}

@@ -181,7 +181,7 @@ func TestCredentialBoundToEndpointOrigin(t *testing.T) {
 	body = configureBody("moved", a.URL)
 	body["auth"] = map[string]any{"mode": "header", "header_name": "X-Api-Key", "credential": token}
 	moved := h.configureID(body)
-	if _, err := h.db.AdminPool(t).Exec(context.Background(), `UPDATE server_config SET endpoint = $1 WHERE server_id = $2`, b.URL+"/mcp", moved); err != nil {
+	if _, err := h.DB.AdminPool(t).Exec(context.Background(), `UPDATE server_config SET endpoint = $1 WHERE server_id = $2`, b.URL+"/mcp", moved); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := b.carrying(token)
@@ -206,14 +206,14 @@ func TestLegacyCredentialResealedAtStart(t *testing.T) {
 	block, _ := aes.NewCipher(raw)
 	aead, _ := cipher.NewGCM(block)
 	nonce := make([]byte, aead.NonceSize())
-	legacy := aead.Seal(append([]byte{1}, nonce...), nonce, []byte(token), []byte("mcpfleet/server_config.credential/"+h.tenant.String()+"/"+id))
-	pool := h.db.AdminPool(t)
+	legacy := aead.Seal(append([]byte{1}, nonce...), nonce, []byte(token), []byte("mcpfleet/server_config.credential/"+h.Tenant.String()+"/"+id))
+	pool := h.DB.AdminPool(t)
 	if _, err := pool.Exec(context.Background(), `UPDATE server_config SET credential = $1 WHERE server_id = $2`, legacy, id); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil), 409, "credential_unreadable")
 
-	h.restart(withMCP)
+	h.Restart(withMCP)
 	if rep := h.testConnection(id); rep["reachable"] != true {
 		t.Fatalf("after the restart the legacy credential does not work: %v", rep)
 	}

@@ -72,12 +72,12 @@ type sseEvent struct {
 // openEvents opens the event stream with key (resuming after lastID unless empty) and returns its events
 // as they arrive; the stream is closed at the end of the test.
 func (h *harness) openEvents(key, lastID string) <-chan sseEvent {
-	h.t.Helper()
+	h.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h.t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, "GET", h.svc.URL()+"/v1/mcp/events", nil)
+	h.T.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", h.Svc.URL()+"/v1/mcp/events", nil)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	if lastID != "" {
@@ -85,11 +85,11 @@ func (h *harness) openEvents(key, lastID string) <-chan sseEvent {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		h.t.Fatalf("event stream: %d", resp.StatusCode)
+		h.T.Fatalf("event stream: %d", resp.StatusCode)
 	}
 	out := make(chan sseEvent, 1000)
 	go func() {
@@ -138,7 +138,7 @@ func TestEventStreamsLiveAcrossTenants(t *testing.T) {
 	}
 	var ts []*tenant
 	for _, name := range []string{"t1", "t2", "t3"} {
-		_, keys := h.newTenant(name)
+		_, keys := h.NewTenant(name)
 		ts = append(ts, &tenant{name: name, keys: keys})
 	}
 	for _, tn := range ts {
@@ -196,7 +196,7 @@ func TestEventStreamsLiveAcrossTenants(t *testing.T) {
 			}, tn)
 		}
 		act(sprintf("round %d: silence", round), "mcp.server.degraded", func() {
-			h.advance(2*h.cfg.HeartbeatInterval + time.Second)
+			h.advance(2*h.Cfg.HeartbeatInterval + time.Second)
 			h.runMonitor()
 		}, ts...)
 		for _, tn := range ts {

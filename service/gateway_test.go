@@ -217,7 +217,7 @@ func TestGatewayClientDisconnectExactlyOnce(t *testing.T) {
 	_, skills := h.gatewayServer("tools", srv.URL, false, "slow")
 	body := callBody("run-d", skills["slow"].SkillID, map[string]any{"ms": 1500})
 	buf, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", h.svc.URL()+"/v1/mcp/calls", strings.NewReader(string(buf)))
+	req, _ := http.NewRequest("POST", h.Svc.URL()+"/v1/mcp/calls", strings.NewReader(string(buf)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+h.adminKey())
 	req.Header.Set("Idempotency-Key", "k-1")
@@ -265,7 +265,7 @@ func TestGatewayRestartMidCall(t *testing.T) {
 	answer := make(chan response, 1)
 	go func() { answer <- h.postCall(body, "Idempotency-Key", "k-r") }()
 	waitStarted(t, srv)
-	h.restart()
+	h.Restart()
 	waitCancelled(t, srv)
 	select {
 	case a := <-answer:
@@ -299,7 +299,7 @@ func TestGatewayCrashLeavesNoReplay(t *testing.T) {
 	h := newHarness(t, withMCP)
 	srv := mcptest.Tools(t)
 	id, skills := h.gatewayServer("tools", srv.URL, false, "text")
-	admin := h.db.AdminPool(t)
+	admin := h.DB.AdminPool(t)
 	ctx := context.Background()
 	sent, unsent := uuid.New(), uuid.New()
 	for _, c := range []struct {
@@ -309,11 +309,11 @@ func TestGatewayCrashLeavesNoReplay(t *testing.T) {
 		if _, err := admin.Exec(ctx, `INSERT INTO mcp_calls (call_id, tenant_id, run_id, server_id, skill_id, tool, arguments, state,
 				requested_by, created_at, started_at)
 			VALUES ($1, $2, 'run-x', $3, $4, 'text', '{}', 'running', $5, now(), $6)`,
-			c.id, h.tenant, id, skills["text"].SkillID, uuid.New(), c.started); err != nil {
+			c.id, h.Tenant, id, skills["text"].SkillID, uuid.New(), c.started); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.restart()
+	h.Restart()
 	a, b := h.getCall(sent.String()), h.getCall(unsent.String())
 	if a.State != "failed" || a.outcome() != "interrupted" || !strings.Contains(a.content(), "may have acted on it") {
 		t.Errorf("a call in flight at the crash: %+v %q", a, a.content())
@@ -333,7 +333,7 @@ func TestGatewayCrashLeavesNoReplay(t *testing.T) {
 		t.Fatalf("a call left running was re-sent (%d arrivals, want only the later call)", n)
 	}
 	// A terminal state never changes again, even written directly.
-	if _, err := h.db.AdminPool(t).Exec(ctx, `UPDATE mcp_calls SET state = 'running' WHERE call_id = $1`, sent); err == nil {
+	if _, err := h.DB.AdminPool(t).Exec(ctx, `UPDATE mcp_calls SET state = 'running' WHERE call_id = $1`, sent); err == nil {
 		t.Error("a failed call was set running again")
 	}
 }
@@ -480,7 +480,7 @@ func TestGatewayApproval(t *testing.T) {
 	// The sweep expires a parked call nobody reads.
 	s := decodeCall(t, h.postCall(callBody("run-a", skills["text"].SkillID, nil)))
 	h.advance(15*time.Minute + time.Second)
-	if err := h.svc.Gateway().ExpireApprovals(testCtx(t)); err != nil {
+	if err := h.Svc.Gateway().ExpireApprovals(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	ev := h.runEvents("run-a")
@@ -540,7 +540,7 @@ func TestGatewayApprovalWindowAndRecheck(t *testing.T) {
 	if !c.ApprovalExpiresAt.Equal(c.CreatedAt.Add(time.Minute)) {
 		t.Fatalf("window %v → %v", c.CreatedAt, c.ApprovalExpiresAt)
 	}
-	h.restart()
+	h.Restart()
 	h.patch(id, map[string]any{"enabled": false})
 	r := h.callDecision(c.CallID, "approve")
 	if a := decodeCall(t, r); r.status != 200 || a.State != "failed" || a.outcome() != "server_disabled" {
@@ -548,7 +548,7 @@ func TestGatewayApprovalWindowAndRecheck(t *testing.T) {
 	}
 	h.patch(id, map[string]any{"enabled": true})
 	c = decodeCall(t, h.postCall(callBody("run-w", skills["text"].SkillID, nil)))
-	h.restart()
+	h.Restart()
 	if a := decodeCall(t, h.callDecision(c.CallID, "approve")); a.State != "succeeded" {
 		t.Fatalf("approving after a restart: %+v", a)
 	}
@@ -604,7 +604,7 @@ func TestGatewayRefusals(t *testing.T) {
 	}
 	since := timeField(t, p, "since")
 	var unhealthyAt time.Time
-	if err := h.db.AdminPool(t).QueryRow(context.Background(), `SELECT max(occurred_at) FROM audit_events WHERE server_id = $1 AND kind = 'mcp.server.unhealthy'`, id).Scan(&unhealthyAt); err != nil {
+	if err := h.DB.AdminPool(t).QueryRow(context.Background(), `SELECT max(occurred_at) FROM audit_events WHERE server_id = $1 AND kind = 'mcp.server.unhealthy'`, id).Scan(&unhealthyAt); err != nil {
 		t.Fatal(err)
 	}
 	if !since.Equal(unhealthyAt) {
@@ -648,7 +648,7 @@ func TestGatewayCallsPerServer(t *testing.T) {
 	}
 	// The third call waits for a slot, unsent: once it is queued, nothing more can reach the server.
 	waitFor(t, "the third hang call to queue for a slot", 10*time.Second, func() bool {
-		return h.svc.Gateway().Queued(uuid.MustParse(slowID)) == 1
+		return h.Svc.Gateway().Queued(uuid.MustParse(slowID)) == 1
 	})
 	if n := slow.Calls("hang"); n != 2 {
 		t.Fatalf("%d calls in flight to a server bounded to 2", n)
@@ -703,7 +703,7 @@ func TestGatewayAdminOnly(t *testing.T) {
 	_, skills := h.gatewayServer("tools", srv.URL, true, "text")
 	c := decodeCall(t, h.postCall(callBody("run-o", skills["text"].SkillID, nil)))
 	for _, role := range []persistence.Role{persistence.RoleModule, persistence.RoleOperator} {
-		key := h.keys[role]
+		key := h.Keys[role]
 		for _, rq := range []struct {
 			method, path string
 			body         any
@@ -742,7 +742,7 @@ func TestGatewayTenantIsolation(t *testing.T) {
 	srv := mcptest.Tools(t)
 	_, skills := h.gatewayServer("tools", srv.URL, true, "text")
 	c := decodeCall(t, h.postCall(callBody("run-t", skills["text"].SkillID, nil)))
-	_, other := h.newTenant("globex")
+	_, other := h.NewTenant("globex")
 	key := other[persistence.RoleAdmin]
 	for _, op := range []string{"approve", "deny", "cancel"} {
 		wantProblem(t, h.do("POST", "/v1/mcp/calls/"+c.CallID+"/"+op, key, nil), 404, "not_found")
@@ -756,7 +756,7 @@ func TestGatewayTenantIsolation(t *testing.T) {
 		t.Errorf("another tenant's calls: %s", r.body)
 	}
 	// Row-level security is forced on every new table.
-	rows, err := h.db.AdminPool(t).Query(context.Background(), `SELECT relname FROM pg_class
+	rows, err := h.DB.AdminPool(t).Query(context.Background(), `SELECT relname FROM pg_class
 		WHERE relname IN ('mcp_calls','mcp_run_events','mcp_run_budgets','tenant_settings') AND relrowsecurity AND relforcerowsecurity`)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
-	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -90,7 +89,7 @@ func withGateway(timeout time.Duration, perServer int) harnessOpt {
 // gatewayServer configures module at url with a data class and the given approval requirement, imports
 // its catalogue and enables tools. It returns the server_id and the skills by name.
 func (h *harness) gatewayServer(module, url string, approval bool, tools ...string) (string, map[string]fullSkill) {
-	h.t.Helper()
+	h.T.Helper()
 	b := configureBody(module, url)
 	b["data_class"] = "internal"
 	b["requires_approval"] = approval
@@ -100,10 +99,10 @@ func (h *harness) gatewayServer(module, url string, approval bool, tools ...stri
 	for _, name := range tools {
 		k, ok := skills[name]
 		if !ok {
-			h.t.Fatalf("server %s has no tool %q", module, name)
+			h.T.Fatalf("server %s has no tool %q", module, name)
 		}
 		if r := h.do("POST", "/v1/mcp/skills/"+k.SkillID+"/enable", h.adminKey(), nil); r.status != http.StatusOK {
-			h.t.Fatalf("enable %s: %d %s", name, r.status, r.body)
+			h.T.Fatalf("enable %s: %d %s", name, r.status, r.body)
 		}
 	}
 	return id, h.fullSkills(id)
@@ -119,71 +118,61 @@ func callBody(run, skillID string, args any) map[string]any {
 
 // postCall asks for a call with the admin key.
 func (h *harness) postCall(body map[string]any, hdr ...string) response {
-	h.t.Helper()
+	h.T.Helper()
 	return h.do("POST", "/v1/mcp/calls", h.adminKey(), body, hdr...)
 }
 
 // mustCall asks for a call that must be answered 200 (it ran) and returns it.
 func (h *harness) mustCall(body map[string]any, hdr ...string) callView {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.postCall(body, hdr...)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("call %v: %d %s", body, r.status, r.body)
+		h.T.Fatalf("call %v: %d %s", body, r.status, r.body)
 	}
-	return decodeCall(h.t, r)
+	return decodeCall(h.T, r)
 }
 
 func (h *harness) getCall(id string) callView {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/calls/"+id, h.adminKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("get call %s: %d %s", id, r.status, r.body)
+		h.T.Fatalf("get call %s: %d %s", id, r.status, r.body)
 	}
-	return decodeCall(h.t, r)
+	return decodeCall(h.T, r)
 }
 
 // callDecision approves, denies or cancels call id with the approver's key: postCall asks with
 // adminKey, and a key never approves its own call.
 func (h *harness) callDecision(id, op string) response {
-	h.t.Helper()
+	h.T.Helper()
 	return h.do("POST", "/v1/mcp/calls/"+id+"/"+op, h.approverKey(), nil)
 }
 
 // approverKey is a second admin key of the tenant (not safe for concurrent first use).
-func (h *harness) approverKey() string {
-	h.t.Helper()
-	if h.approver == "" {
-		k, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		h.approver = k.APIKey
-	}
-	return h.approver
-}
+func (h *harness) approverKey() string { return h.SecondAdminKey() }
 
 func (h *harness) listCalls(query string) []callView {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/calls?"+query, h.adminKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("list calls: %d %s", r.status, r.body)
+		h.T.Fatalf("list calls: %d %s", r.status, r.body)
 	}
 	var out struct{ Calls []callView }
 	if err := json.Unmarshal(r.body, &out); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return out.Calls
 }
 
 func (h *harness) runEvents(run string) []eventView {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/runs/"+run+"/events", h.adminKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("run events %s: %d %s", run, r.status, r.body)
+		h.T.Fatalf("run events %s: %d %s", run, r.status, r.body)
 	}
 	var out struct{ Events []eventView }
 	if err := json.Unmarshal(r.body, &out); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return out.Events
 }

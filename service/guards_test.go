@@ -20,7 +20,7 @@ func TestMonitorStallExtendsDeadlines(t *testing.T) {
 	id := h.register("calendar")
 	tick := func() {
 		t.Helper()
-		if err := h.svc.Fleet().Tick(t.Context()); err != nil {
+		if err := h.Svc.Fleet().Tick(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestFlappingRaisesOneAlert(t *testing.T) {
 	// Transitions: unhealthy(1) recovered(2) unhealthy(3) recovered(4) unhealthy(5: flapping) recovered(6) unhealthy(7) recovered(8).
 	want := []string{persistence.AlertUnhealthy, persistence.AlertUnhealthy, persistence.AlertFlapping}
 	waitFor(t, "three alerts", 10*time.Second, func() bool { return len(sink.got()) >= 3 })
-	h.restart() // flushes the outbox: no fourth alert is pending
+	h.Restart() // flushes the outbox: no fourth alert is pending
 	got := sink.got()
 	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("alerts = %v, want %v", got, want)

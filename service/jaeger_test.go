@@ -405,11 +405,11 @@ func TestJaegerTracesRegistrationHeartbeatAndUnhealthyTransition(t *testing.T) {
 	}
 	// The stamper flushes every 50 ms here; wait until the stamp is written.
 	waitFor(t, "the heartbeat stamp to be flushed", 10*time.Second, func() bool {
-		return h.svc.Metrics() != nil && strings.Contains(h.scrape(), `mcpfleet_writer_batch_size_count{writer="stamps"}`)
+		return h.Svc.Metrics() != nil && strings.Contains(h.scrape(), `mcpfleet_writer_batch_size_count{writer="stamps"}`)
 	})
 
 	// Silence: 3H and a monitor pass later the server is unhealthy.
-	h.advance(3*h.cfg.HeartbeatInterval + time.Second)
+	h.advance(3*h.Cfg.HeartbeatInterval + time.Second)
 	h.runMonitor()
 	var unhealthy auditView
 	for _, e := range h.audit(id) {
@@ -442,7 +442,7 @@ func TestJaegerTracesRegistrationHeartbeatAndUnhealthyTransition(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.svc.FlushTraces(ctx); err != nil {
+	if err := h.Svc.FlushTraces(ctx); err != nil {
 		t.Fatalf("flush traces: %v", err)
 	}
 
@@ -557,10 +557,10 @@ func TestJaegerTracesRegistrationHeartbeatAndUnhealthyTransition(t *testing.T) {
 
 // scrape returns the service's /metrics page.
 func (h *harness) scrape() string {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/metrics", "", nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("GET /metrics: %d %s", r.status, r.body)
+		h.T.Fatalf("GET /metrics: %d %s", r.status, r.body)
 	}
 	return string(r.body)
 }

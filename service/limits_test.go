@@ -74,7 +74,7 @@ func TestFailedAuthenticationsThrottled(t *testing.T) {
 	h := newHarness(t, func(c *service.Config, _ *service.Options) {
 		c.AuthFailureBurst, c.AuthFailureRate = 3, 0.01 // no refill within the test
 	})
-	_, otherKeys := h.newTenant("globex")
+	_, otherKeys := h.NewTenant("globex")
 	id := h.register("ledger")
 	h.mustHeartbeat(id)
 	if r := h.do("GET", "/v1/mcp/servers", otherKeys[persistence.RoleOperator], nil); r.status != http.StatusOK {
@@ -154,7 +154,7 @@ func TestListLeavesAdvertisementOutUnlessAsked(t *testing.T) {
 		t.Errorf("two servers with advertisements (%d bytes) weigh no more than three without (%d)", len(asked.body), len(plain.body))
 	}
 	// The Go client asks for them the same way.
-	fc := fleetclient.New(h.svc.URL(), op)
+	fc := fleetclient.New(h.Svc.URL(), op)
 	page, err := fc.ListServers(context.Background(), fleetclient.ListOptions{Limit: 2, IncludeCapabilityAdvertisement: true})
 	if err != nil || len(page.Servers) != 2 || page.NextCursor == "" {
 		t.Fatalf("fleetclient with advertisements: %+v %v", page, err)

@@ -43,7 +43,7 @@ func TestMCPConformance(t *testing.T) {
 	tool, path := conformanceTool(t)
 	h := newHarness(t, withMCPEndpoint(""))
 	h.gatewayServer("tools", mcptest.Tools(t).URL, false, "echo") // the suite wants every listed tool described
-	target, _ := url.Parse(h.svc.URL())
+	target, _ := url.Parse(h.Svc.URL())
 	key := h.adminKey()
 	proxy := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {

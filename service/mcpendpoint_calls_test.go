@@ -223,17 +223,17 @@ func TestMCPEndpointUnavailableHide(t *testing.T) {
 
 // silence lets server id miss three heartbeats and runs the monitor: it is unhealthy, committed.
 func (h *harness) silence(id string) {
-	h.t.Helper()
-	h.advance(3 * h.cfg.HeartbeatInterval)
+	h.T.Helper()
+	h.advance(3 * h.Cfg.HeartbeatInterval)
 	h.runMonitor()
-	waitFor(h.t, "unhealthy", 5*time.Second, func() bool { return h.status(id) == "unhealthy" })
+	waitFor(h.T, "unhealthy", 5*time.Second, func() bool { return h.status(id) == "unhealthy" })
 }
 
 // heartbeatOK heartbeats server id with the admin key: it is healthy again.
 func (h *harness) heartbeatOK(id string) {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("POST", "/v1/mcp/servers/heartbeat", h.adminKey(), map[string]string{"server_id": id})
 	if r.status != http.StatusOK {
-		h.t.Fatalf("heartbeat %s: %d %s", id, r.status, r.body)
+		h.T.Fatalf("heartbeat %s: %d %s", id, r.status, r.body)
 	}
 }

@@ -48,27 +48,27 @@ type mcpSession struct {
 }
 
 func (h *harness) connectMCP(key, version string) (*mcpSession, error) {
-	h.t.Helper()
+	h.T.Helper()
 	s := &mcpSession{}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.changes.Add(1) },
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { s.progress.Add(1) },
 	})
-	tr := &mcp.StreamableClientTransport{Endpoint: h.svc.URL() + "/mcp", HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}, MaxRetries: -1}
-	cs, err := c.Connect(testCtx(h.t), tr, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	tr := &mcp.StreamableClientTransport{Endpoint: h.Svc.URL() + "/mcp", HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}, MaxRetries: -1}
+	cs, err := c.Connect(testCtx(h.T), tr, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		return nil, err
 	}
-	h.t.Cleanup(func() { _ = cs.Close() })
+	h.T.Cleanup(func() { _ = cs.Close() })
 	s.ClientSession = cs
 	return s, nil
 }
 
 func (h *harness) mustConnectMCP(key, version string) *mcpSession {
-	h.t.Helper()
+	h.T.Helper()
 	s, err := h.connectMCP(key, version)
 	if err != nil {
-		h.t.Fatalf("connect to /mcp (%s): %v", version, err)
+		h.T.Fatalf("connect to /mcp (%s): %v", version, err)
 	}
 	return s
 }
@@ -132,8 +132,7 @@ func TestMCPEndpointListAndCall(t *testing.T) {
 	offID, _ := h.gatewayServer("off", mcptest.Tools(t).URL, false, "echo")
 	h.patch(offID, map[string]any{"enabled": false})
 	// Another tenant with a tool of its own, enabled.
-	_, otherKeys := h.newTenant("globex")
-	other := &harness{t: t, db: h.db, svc: h.svc, clock: h.clock, keys: otherKeys, admin: h.admin}
+	other := &harness{h.As(h.NewTenant("globex"))}
 	other.gatewayServer("secret", mcptest.Tools(t).URL, false, "big_text")
 
 	for _, version := range []string{legacyMCP, modernMCP} {
@@ -210,8 +209,8 @@ func TestMCPEndpointListAndCall(t *testing.T) {
 
 // rawMCP posts one JSON-RPC body to /mcp with the given headers and returns status, headers and body.
 func (h *harness) rawMCP(key string, body string, hdr ...string) (int, http.Header, map[string]any) {
-	h.t.Helper()
-	req, _ := http.NewRequest("POST", h.svc.URL()+"/mcp", strings.NewReader(body))
+	h.T.Helper()
+	req, _ := http.NewRequest("POST", h.Svc.URL()+"/mcp", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if key != "" {
@@ -226,7 +225,7 @@ func (h *harness) rawMCP(key string, body string, hdr ...string) (int, http.Head
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
@@ -280,7 +279,7 @@ func TestMCPEndpointRefusals(t *testing.T) {
 	}
 	// Another administrator's key cannot use this key's session.
 	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
-	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	k2, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,13 +368,13 @@ func TestMCPEndpointSessionLimit(t *testing.T) {
 	if status != http.StatusTooManyRequests || data["type"] != "too_many_sessions" || hdr.Get("Retry-After") == "" {
 		t.Fatalf("third session: %d %v", status, m)
 	}
-	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	k2, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.mustConnectMCP(k2.APIKey, legacyMCP)
 	// A burst of initialize requests of a third key opens at most the limit's sessions.
-	k3, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	k3, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +422,7 @@ func TestMCPEndpointStreamLimit(t *testing.T) {
 		data, _ := e["data"].(map[string]any)
 		return status == http.StatusTooManyRequests && data["type"] == "mcp_streams_per_key"
 	})
-	k2, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleAdmin)
+	k2, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,26 +13,17 @@ import (
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/persistence"
-	"github.com/mcpfleet/mcpfleet/secrets"
 	"github.com/mcpfleet/mcpfleet/service"
+	"github.com/mcpfleet/mcpfleet/service/servicetest"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
-// testSecretKey is the MCPFLEET_SECRET_KEY of the MCP client tests.
-const testSecretKey = "8c1f0e3a5b7d9f2143658709badcfe1032547698badcfe1032547698badcfe10"
+// testSecretKey is the MCPFLEET_SECRET_KEY of withMCP.
+const testSecretKey = servicetest.SecretKey
 
 // withMCP configures the MCP client side for tests against mcptest servers on 127.0.0.1: loopback
 // allow-listed, a secret key, a 2 s operation deadline and manual probes.
-func withMCP(c *service.Config, o *service.Options) {
-	k, err := secrets.ParseKey(testSecretKey)
-	if err != nil {
-		panic(err)
-	}
-	c.EndpointAllowlist = []string{"127.0.0.1"}
-	c.SecretKey = k
-	c.MCPTimeout = 2 * time.Second
-	o.ManualProbes = true
-}
+func withMCP(c *service.Config, o *service.Options) { servicetest.MCPClient(c, o) }
 
 // logBuffer collects the service's log lines (JSON, debug level).
 type logBuffer struct {
@@ -51,6 +43,22 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
+// records returns the log lines, each decoded as a JSON object.
+func (b *logBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", sc.Bytes())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // withLogs sends the service's logs, at debug level, to buf.
 func withLogs(buf *logBuffer) harnessOpt {
 	return func(_ *service.Config, o *service.Options) {
@@ -58,8 +66,8 @@ func withLogs(buf *logBuffer) harnessOpt {
 	}
 }
 
-func (h *harness) adminKey() string    { return h.keys[persistence.RoleAdmin] }
-func (h *harness) operatorKey() string { return h.keys[persistence.RoleOperator] }
+func (h *harness) adminKey() string    { return h.Keys[persistence.RoleAdmin] }
+func (h *harness) operatorKey() string { return h.Keys[persistence.RoleOperator] }
 
 // configureBody is a configured-server body for endpoint with push liveness and no credential.
 func configureBody(module, endpoint string) map[string]any {
@@ -68,45 +76,45 @@ func configureBody(module, endpoint string) map[string]any {
 
 // configure configures a server with the admin key and returns its object.
 func (h *harness) configure(body map[string]any) map[string]any {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("POST", "/v1/mcp/servers", h.adminKey(), body)
 	if r.status != http.StatusCreated {
-		h.t.Fatalf("configure %v: %d %s", body["module_name"], r.status, r.body)
+		h.T.Fatalf("configure %v: %d %s", body["module_name"], r.status, r.body)
 	}
-	return r.json(h.t)
+	return r.json(h.T)
 }
 
 // configureID configures a server and returns its server_id.
 func (h *harness) configureID(body map[string]any) string {
-	h.t.Helper()
+	h.T.Helper()
 	return h.configure(body)["server_id"].(string)
 }
 
 func (h *harness) testConnection(id string) map[string]any {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("test connection %s: %d %s", id, r.status, r.body)
+		h.T.Fatalf("test connection %s: %d %s", id, r.status, r.body)
 	}
-	return r.json(h.t)
+	return r.json(h.T)
 }
 
 func (h *harness) importCatalogue(id string) map[string]any {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("POST", "/v1/mcp/servers/"+id+"/import", h.adminKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("import %s: %d %s", id, r.status, r.body)
+		h.T.Fatalf("import %s: %d %s", id, r.status, r.body)
 	}
-	return r.json(h.t)
+	return r.json(h.T)
 }
 
 func (h *harness) patch(id string, body map[string]any) map[string]any {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("PATCH", "/v1/mcp/servers/"+id, h.adminKey(), body)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("patch %s %v: %d %s", id, body, r.status, r.body)
+		h.T.Fatalf("patch %s %v: %d %s", id, body, r.status, r.body)
 	}
-	return r.json(h.t)
+	return r.json(h.T)
 }
 
 // fullSkill is a skill as the API shows it, with every field the MCP client tests read.
@@ -122,14 +130,14 @@ type fullSkill struct {
 }
 
 func (h *harness) fullSkills(id string) map[string]fullSkill {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/servers/"+id+"/skills", h.operatorKey(), nil)
 	if r.status != http.StatusOK {
-		h.t.Fatalf("skills %s: %d %s", id, r.status, r.body)
+		h.T.Fatalf("skills %s: %d %s", id, r.status, r.body)
 	}
 	var out struct{ Skills []fullSkill }
 	if err := json.Unmarshal(r.body, &out); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	m := map[string]fullSkill{}
 	for _, k := range out.Skills {

@@ -100,7 +100,7 @@ func TestRequiresApprovalForPreexistingServer(t *testing.T) {
 		t.Fatalf("a registered server without configuration: %v", obj)
 	}
 	var n int
-	if err := h.db.AdminPool(t).QueryRow(context.Background(), `SELECT count(*) FROM server_config`).Scan(&n); err != nil || n != 0 {
+	if err := h.DB.AdminPool(t).QueryRow(context.Background(), `SELECT count(*) FROM server_config`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("server_config rows = %d, %v; the defaults must not need a row", n, err)
 	}
 	// A later edit of something else leaves it requiring approval.
@@ -607,7 +607,7 @@ func TestCredentialNeverReturnedOrLogged(t *testing.T) {
 		t.Errorf("the logs carry the credential")
 	}
 	// At rest it is sealed.
-	rows, err := h.db.AdminPool(t).Query(context.Background(), `SELECT credential FROM server_config WHERE credential IS NOT NULL`)
+	rows, err := h.DB.AdminPool(t).Query(context.Background(), `SELECT credential FROM server_config WHERE credential IS NOT NULL`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -819,7 +819,7 @@ func TestProbeLiveness(t *testing.T) {
 			t.Fatalf("precondition: %s is %s", s, st)
 		}
 	}
-	if err := h.svc.Remote().RunProbes(testCtx(t)); err != nil {
+	if err := h.Svc.Remote().RunProbes(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	obj := h.fetchServer(id)
@@ -842,7 +842,7 @@ func TestProbeLiveness(t *testing.T) {
 	// Probe failures are misses: the monitor takes a healthy probe server down when probes fail.
 	h.patch(id, map[string]any{"endpoint": mcptest.HTTP500(t).URL})
 	h.advance(35 * time.Second)
-	if err := h.svc.Remote().RunProbes(testCtx(t)); err != nil {
+	if err := h.Svc.Remote().RunProbes(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h.runMonitor()
@@ -852,7 +852,7 @@ func TestProbeLiveness(t *testing.T) {
 	// Switching to push stops the probing.
 	h.patch(id, map[string]any{"endpoint": modern.URL, "liveness": "push"})
 	n := len(modern.Received())
-	if err := h.svc.Remote().RunProbes(testCtx(t)); err != nil {
+	if err := h.Svc.Remote().RunProbes(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(modern.Received()) != n {
@@ -886,15 +886,15 @@ func TestRecorderFailureDoesNotFailTheOperation(t *testing.T) {
 	var logs logBuffer
 	h := newHarness(t, withMCP, withLogs(&logs))
 	modern := mcptest.Modern(t)
-	admin := h.db.AdminPool(t)
+	admin := h.DB.AdminPool(t)
 	ctx := context.Background()
-	dbName := pgx.Identifier{h.db.Name}.Sanitize()
+	dbName := pgx.Identifier{h.DB.Name}.Sanitize()
 	var once sync.Once
 	killDB := func() {
 		if _, err := admin.Exec(ctx, "REVOKE CONNECT ON DATABASE "+dbName+" FROM PUBLIC"); err != nil {
 			t.Error(err)
 		}
-		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.db.Name); err != nil {
+		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'cyberos_app' AND datname = $1", h.DB.Name); err != nil {
 			t.Error(err)
 		}
 	}
@@ -932,7 +932,7 @@ func TestRecorderFailureDoesNotFailTheOperation(t *testing.T) {
 func TestRecorderLockedTable(t *testing.T) {
 	h := newHarness(t, withMCP)
 	id := h.configureID(configureBody("modern", mcptest.Modern(t).URL))
-	admin := h.db.AdminPool(t)
+	admin := h.DB.AdminPool(t)
 	ctx := context.Background()
 	tx, err := admin.Begin(ctx)
 	if err != nil {
@@ -961,7 +961,7 @@ func TestUnknownStoredAuthMode(t *testing.T) {
 	b := configureBody("bearer", mcptest.Bearer(t, "tok").URL)
 	b["auth"] = map[string]any{"mode": "bearer", "credential": "tok"}
 	id := h.configureID(b)
-	if _, err := h.db.AdminPool(t).Exec(context.Background(), `UPDATE server_config SET auth_mode = 'Bearer ' WHERE server_id = $1`, id); err != nil {
+	if _, err := h.DB.AdminPool(t).Exec(context.Background(), `UPDATE server_config SET auth_mode = 'Bearer ' WHERE server_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	auth := h.fetchServer(id)["auth"].(map[string]any)
@@ -1005,7 +1005,7 @@ func TestAdminOnly(t *testing.T) {
 	h := newHarness(t, withMCP)
 	id := h.configureID(configureBody("modern", mcptest.Modern(t).URL))
 	for _, role := range []persistence.Role{persistence.RoleModule, persistence.RoleOperator} {
-		key := h.keys[role]
+		key := h.Keys[role]
 		for _, c := range []struct {
 			method, path string
 			body         any
@@ -1032,7 +1032,7 @@ func TestConfigTenantIsolation(t *testing.T) {
 	id := h.configureID(b)
 	h.importCatalogue(id)
 	skill := h.fullSkills(id)["echo"].SkillID
-	bTenant, keysB := h.newTenant("globex")
+	bTenant, keysB := h.NewTenant("globex")
 	other := keysB[persistence.RoleAdmin]
 	for _, c := range []struct {
 		method, path string
@@ -1056,7 +1056,7 @@ func TestConfigTenantIsolation(t *testing.T) {
 	}
 	// In the database, as the app role scoped to the other tenant.
 	ctx := context.Background()
-	tx, err := h.db.AppPool(t).Begin(ctx)
+	tx, err := h.DB.AppPool(t).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1168,7 +1168,7 @@ func TestStoredConfigurationCheckedAgain(t *testing.T) {
 	id := h.configureID(b)
 	other := h.configureID(configureBody("open", mcptest.Modern(t).URL))
 	// The sealed credential copied onto another server's row does not open there.
-	admin := h.db.AdminPool(t)
+	admin := h.DB.AdminPool(t)
 	ctx := context.Background()
 	if _, err := admin.Exec(ctx, `UPDATE server_config SET auth_mode = 'bearer',
 		credential = (SELECT credential FROM server_config WHERE server_id = $1) WHERE server_id = $2`, id, other); err != nil {
@@ -1176,18 +1176,18 @@ func TestStoredConfigurationCheckedAgain(t *testing.T) {
 	}
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+other+"/test-connection", h.adminKey(), nil), 409, "credential_unreadable")
 	// Another key opens nothing.
-	h.restart(func(c *service.Config, _ *service.Options) {
+	h.Restart(func(c *service.Config, _ *service.Options) {
 		k, _ := secrets.ParseKey(strings.Repeat("ab", 32))
 		c.SecretKey = k
 	})
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil), 409, "credential_unreadable")
 	// Without the allow-list entry the stored loopback endpoint is refused, before anything is sent.
-	h.restart(func(c *service.Config, _ *service.Options) {
+	h.Restart(func(c *service.Config, _ *service.Options) {
 		withMCP(c, &service.Options{})
 		c.EndpointAllowlist = nil
 	})
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/test-connection", h.adminKey(), nil), 400, "endpoint_refused")
-	h.restart(func(c *service.Config, _ *service.Options) { withMCP(c, &service.Options{}) })
+	h.Restart(func(c *service.Config, _ *service.Options) { withMCP(c, &service.Options{}) })
 	if rep := h.testConnection(id); rep["reachable"] != true {
 		t.Fatalf("with the key and the allow-list back: %v", rep)
 	}

@@ -14,11 +14,11 @@ import (
 func TestMetricsCountActorRestarts(t *testing.T) {
 	h := newHarness(t)
 	id := uuid.MustParse(h.register("restarts", "tool"))
-	h.svc.Fleet().CrashServer(id)
+	h.Svc.Fleet().CrashServer(id)
 	waitFor(t, "the restart to be counted", 10*time.Second, func() bool {
 		return strings.Contains(h.scrape(), `mcpfleet_actor_restarts_total{event="server_actor_restart"} 1`)
 	})
-	h.svc.Fleet().StopServer(id)
+	h.Svc.Fleet().StopServer(id)
 	waitFor(t, "the respawn to be counted", 10*time.Second, func() bool {
 		return strings.Contains(h.scrape(), `mcpfleet_actor_restarts_total{event="server_actor_respawn"} 1`)
 	})

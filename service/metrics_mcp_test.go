@@ -20,15 +20,15 @@ func withMetricsListener(c *service.Config, _ *service.Options) { c.MetricsAddr 
 
 // scrapePrivate reads every metric from the metrics listener.
 func (h *harness) scrapePrivate() string {
-	h.t.Helper()
-	resp, err := http.Get(h.svc.MetricsURL())
+	h.T.Helper()
+	resp, err := http.Get(h.Svc.MetricsURL())
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		h.t.Fatalf("GET %s: %d %v", h.svc.MetricsURL(), resp.StatusCode, err)
+		h.T.Fatalf("GET %s: %d %v", h.Svc.MetricsURL(), resp.StatusCode, err)
 	}
 	return string(b)
 }
@@ -47,7 +47,7 @@ var closedLabels = []string{
 // of both tenants, by tenant and server name.
 func TestMetricsTenantDataOnlyOnMetricsListener(t *testing.T) {
 	h := newHarness(t, withMCP, withMetricsListener)
-	otherTenant, otherKeys := h.newTenant("globex")
+	otherTenant, otherKeys := h.NewTenant("globex")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestMetricsTenantDataOnlyOnMetricsListener(t *testing.T) {
 	h.do("GET", "/v1/mcp/servers/"+module+"/no-such-thing", h.module(), nil)
 
 	public := h.scrape()
-	for _, secret := range []string{"acme", "globex", h.tenant.String(), otherTenant.String(), acme, globex, module, "unknown-path", "no-such-thing"} {
+	for _, secret := range []string{"acme", "globex", h.Tenant.String(), otherTenant.String(), acme, globex, module, "unknown-path", "no-such-thing"} {
 		if strings.Contains(public, secret) {
 			t.Errorf("the API's /metrics carries %q", secret)
 		}
@@ -98,7 +98,7 @@ func TestMetricsTenantDataOnlyOnMetricsListener(t *testing.T) {
 
 	private := h.scrapePrivate()
 	for _, want := range []string{
-		`mcpfleet_mcp_server_operation_duration_seconds_count{kind="handshake",outcome="transport",server="acme-secret-crm",tenant_id="` + h.tenant.String() + `"} 1`,
+		`mcpfleet_mcp_server_operation_duration_seconds_count{kind="handshake",outcome="transport",server="acme-secret-crm",tenant_id="` + h.Tenant.String() + `"} 1`,
 		`mcpfleet_mcp_server_operation_duration_seconds_count{kind="handshake",outcome="transport",server="globex-payroll",tenant_id="` + otherTenant.String() + `"} 1`,
 		`mcpfleet_servers{status="healthy"} 3`,
 	} {
@@ -115,7 +115,7 @@ func TestMetricsTenantDataOnlyOnMetricsListener(t *testing.T) {
 // per-server series.
 func TestMetricsListenerOff(t *testing.T) {
 	h := newHarness(t)
-	if u := h.svc.MetricsURL(); u != "" {
+	if u := h.Svc.MetricsURL(); u != "" {
 		t.Fatalf("MetricsURL %q with the listener off", u)
 	}
 	if strings.Contains(h.scrape(), "mcpfleet_mcp_server_operation") {

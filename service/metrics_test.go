@@ -1,9 +1,6 @@
 package service_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,34 +11,6 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/service"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line is not JSON: %s", sc.Bytes())
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestMetricsUnderLoad drives heartbeats from several goroutines, a rejected heartbeat, a
 // deregistration and an unhealthy transition whose alert is refused once, and reads /metrics.
@@ -55,7 +24,7 @@ func TestMetricsUnderLoad(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer hookSrv.Close()
-	logs := &syncBuffer{}
+	logs := &logBuffer{}
 	h := newHarness(t, func(c *service.Config, o *service.Options) {
 		c.AlertWebhookURL, c.AlertWebhookSecret = hookSrv.URL, "metrics-test-secret"
 		o.LogOutput = logs
@@ -87,7 +56,7 @@ func TestMetricsUnderLoad(t *testing.T) {
 		t.Fatalf("deregister: %d %s", r.status, r.body)
 	}
 	// ids[1] stays silent; the others keep beating.
-	h.advance(3*h.cfg.HeartbeatInterval + time.Second)
+	h.advance(3*h.Cfg.HeartbeatInterval + time.Second)
 	for _, id := range ids[2:] {
 		h.mustHeartbeat(id)
 	}

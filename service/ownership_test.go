@@ -15,10 +15,10 @@ import (
 
 // boundKey creates a module key of the harness's tenant bound to modules.
 func (h *harness) boundKey(modules ...string) string {
-	h.t.Helper()
-	k, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleModule, modules...)
+	h.T.Helper()
+	k, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleModule, modules...)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return k.APIKey
 }
@@ -66,7 +66,7 @@ func TestAdminServerNotTakenOverByModuleKey(t *testing.T) {
 		t.Fatalf("the attacker's endpoint was contacted %d times", n)
 	}
 	// Another tenant's module key learns nothing: its heartbeat is told the server is not registered.
-	_, keysB := h.newTenant("other")
+	_, keysB := h.NewTenant("other")
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/heartbeat", keysB[persistence.RoleModule], map[string]string{"server_id": id}), 404, "server_not_registered")
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/deregister", keysB[persistence.RoleModule], map[string]string{"server_id": id}), 404, "server_not_registered")
 	// The admin key may deregister it.
@@ -110,20 +110,20 @@ func TestBoundModuleKey(t *testing.T) {
 func TestAPIKeyListRevoke(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	k, err := h.admin.CreateAPIKey(ctx, h.tenant, persistence.RoleModule, "calendar", "calendar", "mail")
+	k, err := h.Admin.CreateAPIKey(ctx, h.Tenant, persistence.RoleModule, "calendar", "calendar", "mail")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(k.Modules, ",") != "calendar,mail" {
 		t.Fatalf("modules %v", k.Modules)
 	}
-	if _, err := h.admin.CreateAPIKey(ctx, h.tenant, persistence.RoleAdmin, "calendar"); err == nil {
+	if _, err := h.Admin.CreateAPIKey(ctx, h.Tenant, persistence.RoleAdmin, "calendar"); err == nil {
 		t.Fatal("an admin key was bound to a module")
 	}
-	if _, err := h.admin.CreateAPIKey(ctx, h.tenant, persistence.RoleModule, "bad name"); err == nil {
+	if _, err := h.Admin.CreateAPIKey(ctx, h.Tenant, persistence.RoleModule, "bad name"); err == nil {
 		t.Fatal("a key was bound to an invalid module name")
 	}
-	keys, err := h.admin.ListAPIKeys(ctx, h.tenant)
+	keys, err := h.Admin.ListAPIKeys(ctx, h.Tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,17 +134,17 @@ func TestAPIKeyListRevoke(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
-	if _, err := h.admin.RevokeAPIKey(ctx, k.KeyID); err != nil {
+	if _, err := h.Admin.RevokeAPIKey(ctx, k.KeyID); err != nil {
 		t.Fatal(err)
 	}
-	again, err := h.admin.RevokeAPIKey(ctx, k.KeyID)
+	again, err := h.Admin.RevokeAPIKey(ctx, k.KeyID)
 	if err != nil || again.RevokedAt == nil {
 		t.Fatalf("revoke again: %+v %v", again, err)
 	}
-	if _, err := h.admin.RevokeAPIKey(ctx, again.TenantID); err == nil {
+	if _, err := h.Admin.RevokeAPIKey(ctx, again.TenantID); err == nil {
 		t.Fatal("revoked a key that does not exist")
 	}
-	h.restart()
+	h.Restart()
 	wantProblem(t, h.do("POST", "/v1/mcp/servers/register", k.APIKey, registration("calendar")), 401, "unauthorized")
 }
 
@@ -215,7 +215,7 @@ type changedSkill struct {
 }
 
 func (h *harness) skillByName(id, name string) changedSkill {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/servers/"+id+"/skills", h.operatorKey(), nil)
 	var out struct {
 		Skills []struct {
@@ -224,7 +224,7 @@ func (h *harness) skillByName(id, name string) changedSkill {
 		} `json:"skills"`
 	}
 	if err := json.Unmarshal(r.body, &out); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	for _, k := range out.Skills {
 		if k.Name == name {
@@ -237,15 +237,15 @@ func (h *harness) skillByName(id, name string) changedSkill {
 			return k.changedSkill
 		}
 	}
-	h.t.Fatalf("no skill %s in %s", name, r.body)
+	h.T.Fatalf("no skill %s in %s", name, r.body)
 	return changedSkill{}
 }
 
 // ownerQuery runs one query as the database owner and scans its row into dest.
 func (h *harness) ownerQuery(sql string, args []any, dest ...any) {
-	h.t.Helper()
-	if err := h.db.AdminPool(h.t).QueryRow(context.Background(), sql, args...).Scan(dest...); err != nil {
-		h.t.Fatalf("%s: %v", sql, err)
+	h.T.Helper()
+	if err := h.DB.AdminPool(h.T).QueryRow(context.Background(), sql, args...).Scan(dest...); err != nil {
+		h.T.Fatalf("%s: %v", sql, err)
 	}
 }
 
@@ -295,7 +295,7 @@ func TestRegistrationLimits(t *testing.T) {
 	wantProblem(t, h.do("POST", "/v1/mcp/servers", h.adminKey(), configureBody("d", mcptest.Modern(t).URL)), 403, "server_limit_reached")
 	h.register("a") // a re-registration is not a new server
 	// Another tenant has its own count.
-	_, keysB := h.newTenant("other")
+	_, keysB := h.NewTenant("other")
 	if r := h.do("POST", "/v1/mcp/servers/register", keysB[persistence.RoleModule], registration("c")); r.status != http.StatusCreated {
 		t.Fatalf("other tenant: %d %s", r.status, r.body)
 	}
@@ -361,7 +361,7 @@ func TestEndpointMoveByModuleKeyDisablesTools(t *testing.T) {
 		t.Fatal("a re-registration with the same endpoint disabled the tool")
 	}
 
-	keyB, err := h.admin.CreateAPIKey(context.Background(), h.tenant, persistence.RoleModule)
+	keyB, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleModule)
 	if err != nil {
 		t.Fatal(err)
 	}

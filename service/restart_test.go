@@ -20,9 +20,9 @@ func TestRestartRebuildsFleetWithGrace(t *testing.T) {
 	if h.status(dead) != "unhealthy" || h.status(live) != "healthy" {
 		t.Fatal("precondition")
 	}
-	h.restart()
+	h.Restart()
 	h.advance(time.Hour) // the service was down for an hour: longer than 3H
-	h.restart()
+	h.Restart()
 	h.runMonitor()
 	if s := h.status(live); s != "healthy" {
 		t.Fatalf("right after restart: %s, want healthy (restart grace)", s)
@@ -55,7 +55,7 @@ func TestGracefulShutdownDrainsStamps(t *testing.T) {
 	id := h.register("calendar")
 	h.advance(5 * time.Second)
 	hb := h.mustHeartbeat(id)["last_heartbeat_at"].(string)
-	h.restart()
+	h.Restart()
 	got := h.fetchServer(id)["last_heartbeat_at"].(string)
 	want, _ := time.Parse(time.RFC3339Nano, hb)
 	have, _ := time.Parse(time.RFC3339Nano, got)

@@ -42,7 +42,7 @@ func BenchmarkHeartbeatTracing(b *testing.B) {
 				ids[i] = h.register(sprintf("bench-%d", i))
 			}
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
-			url, key := h.svc.URL()+"/v1/mcp/servers/heartbeat", h.module()
+			url, key := h.Svc.URL()+"/v1/mcp/servers/heartbeat", h.module()
 			var n atomic.Int64
 			b.SetParallelism(16)
 			b.ResetTimer()

@@ -185,7 +185,7 @@ func TestSignIn(t *testing.T) {
 
 	// A module key is refused, with a message, and no session.
 	b.do("open the sign-in page", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("api_key")))
-	b.do("type a module key", chromedp.SendKeys(chromedp.ID("api_key"), e.keys[persistence.RoleModule]))
+	b.do("type a module key", chromedp.SendKeys(chromedp.ID("api_key"), e.Keys[persistence.RoleModule]))
 	if st := b.navigate("sign in with a module key", chromedp.Submit(chromedp.ID("api_key"))); st != http.StatusForbidden {
 		t.Fatalf("module key: status %d, want 403", st)
 	}
@@ -198,7 +198,7 @@ func TestSignIn(t *testing.T) {
 		t.Fatalf("wrong key: status %d, want 401", st)
 	}
 	// An operator key opens the overview; the session cookie is HttpOnly and SameSite=Strict.
-	b.signIn(base, e.keys[persistence.RoleOperator])
+	b.signIn(base, e.Keys[persistence.RoleOperator])
 	if h := b.text("h1"); h != "Fleet" {
 		t.Fatalf("after sign-in: heading %q", h)
 	}
@@ -236,7 +236,7 @@ func TestLiveOverview(t *testing.T) {
 	e.register("chatty-module")
 	b := newBrowser(t)
 	base := e.url()
-	b.signIn(base, e.keys[persistence.RoleOperator])
+	b.signIn(base, e.Keys[persistence.RoleOperator])
 	row := `tr[data-server-id="` + quiet + `"]`
 	b.waitJS("the overview lists the module", `document.querySelector('`+row+` [data-status="healthy"]') !== null`, 10*time.Second)
 	b.waitJS("the live feed is on", `document.querySelector("[data-live-state]").textContent.startsWith("Live: on")`, 10*time.Second)
@@ -263,7 +263,7 @@ func TestLiveOverview(t *testing.T) {
 	// and the next transition still arrives without a reload.
 	e.restart()
 	b.waitJS("the live feed is back", `document.querySelector("[data-live-state]").textContent.startsWith("Live: on")`, 20*time.Second)
-	st, m := e.api("POST", "/v1/mcp/servers/heartbeat", e.keys[persistence.RoleModule], map[string]string{"server_id": quiet})
+	st, m := e.api("POST", "/v1/mcp/servers/heartbeat", e.Keys[persistence.RoleModule], map[string]string{"server_id": quiet})
 	if st != http.StatusOK {
 		t.Fatalf("heartbeat after restart: %d %v", st, m)
 	}
@@ -322,7 +322,7 @@ func TestServerCard(t *testing.T) {
 	b := newBrowser(t)
 	base := e.url()
 	alerts := watchDialogs(b)
-	b.signIn(base, e.keys[persistence.RoleAdmin])
+	b.signIn(base, e.Keys[persistence.RoleAdmin])
 	if st := b.navigate("open the card", chromedp.Click(chromedp.CSS(`a[href="/ui/servers/`+id+`"]`))); st != http.StatusOK {
 		t.Fatalf("card: status %d", st)
 	}
@@ -343,7 +343,7 @@ func TestServerCard(t *testing.T) {
 	if version == "" || len(version) != len("2025-11-25") {
 		t.Fatalf("negotiated protocol version %q", version)
 	}
-	st, api := e.api("POST", "/v1/mcp/servers/"+id+"/test-connection", e.keys[persistence.RoleAdmin], nil)
+	st, api := e.api("POST", "/v1/mcp/servers/"+id+"/test-connection", e.Keys[persistence.RoleAdmin], nil)
 	if st != http.StatusOK || api["protocol_version"] != version {
 		t.Fatalf("the card says %q, the API %d %v", version, st, api)
 	}
@@ -437,7 +437,7 @@ func TestServerCard(t *testing.T) {
 	if got := b.text("#calls"); !strings.Contains(got, "call.succeeded") || !strings.Contains(got, "call.failed") {
 		t.Fatalf("recent calls: %q", got)
 	}
-	if st, m := e.api("GET", "/v1/mcp/calls/"+approveCall, e.keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["state"] != "succeeded" {
+	if st, m := e.api("GET", "/v1/mcp/calls/"+approveCall, e.Keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["state"] != "succeeded" {
 		t.Fatalf("the approved call through the API: %d %v", st, m)
 	}
 	b.screenshot("ui-card-tools.png")

@@ -159,7 +159,7 @@ func TestApprovals(t *testing.T) {
 func TestCallsFourEyesAndOperators(t *testing.T) {
 	e := newEnv(t)
 	id := e.configure("modern", mcptest.Modern(t).URL, "internal") // requires approval, as every new server
-	admin := e.keys[persistence.RoleAdmin]
+	admin := e.Keys[persistence.RoleAdmin]
 	if st, m := e.api("POST", "/v1/mcp/servers/"+id+"/import", admin, nil); st != http.StatusOK {
 		t.Fatalf("import: %d %v", st, m)
 	}
@@ -187,7 +187,7 @@ func TestCallsFourEyesAndOperators(t *testing.T) {
 			}
 		}
 	}
-	page := op.signIn(e.keys[persistence.RoleOperator])
+	page := op.signIn(e.Keys[persistence.RoleOperator])
 	hidden("parked")
 	if st, _, _ := op.post("/ui/calls/"+agentCall+"/approve", url.Values{"csrf_token": {token(t, page)}, "return_to": {"/ui/"}}, "Origin", base); st != http.StatusForbidden {
 		t.Fatalf("an operator approves: %d", st)

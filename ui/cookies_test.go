@@ -86,7 +86,7 @@ func TestSecureCookiesFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.cfg.UISecureCookies = c.UISecureCookies
+		e.Cfg.UISecureCookies = c.UISecureCookies
 		e.restart()
 		name := map[bool]string{false: "session", true: "__Host-session"}[secure]
 		t.Run(name, func(t *testing.T) {
@@ -101,7 +101,7 @@ func TestSecureCookiesFromEnv(t *testing.T) {
 			if signin.Secure != secure || signin.Path != signinPath || signin.Domain != "" || !signin.HttpOnly {
 				t.Errorf("sign-in cookie %q: want Secure=%v, Path=%s, no Domain, HttpOnly", line, secure, signinPath)
 			}
-			form := url.Values{"csrf_token": {token(t, page)}, "api_key": {e.keys[persistence.RoleOperator]}}
+			form := url.Values{"csrf_token": {token(t, page)}, "api_key": {e.Keys[persistence.RoleOperator]}}
 			resp, body := rc.do("POST", "/ui/sign-in", form, signin)
 			if resp.StatusCode != http.StatusSeeOther {
 				t.Fatalf("sign in: %d\n%s", resp.StatusCode, body)
@@ -124,7 +124,7 @@ func TestSecureCookiesFromEnv(t *testing.T) {
 			}
 			resp, page = rc.do("GET", "/ui/", nil)
 			signin, _ = setCookie(t, resp, signinName)
-			form = url.Values{"csrf_token": {token(t, page)}, "api_key": {e.keys[persistence.RoleOperator]}}
+			form = url.Values{"csrf_token": {token(t, page)}, "api_key": {e.Keys[persistence.RoleOperator]}}
 			if resp, _ := rc.do("POST", "/ui/sign-in", form, &http.Cookie{Name: "mcpfleet_signin", Value: signin.Value}); resp.StatusCode != http.StatusForbidden {
 				t.Errorf("sign-in with a plain-named sign-in cookie: %d, want 403", resp.StatusCode)
 			}

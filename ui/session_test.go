@@ -97,7 +97,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 
 	// The sign-in form has its own token: a post without the form's cookie and token is refused.
 	anon := newClient(t, base)
-	if st, _, _ := anon.post("/ui/sign-in", url.Values{"api_key": {e.keys[persistence.RoleAdmin]}}); st != http.StatusForbidden {
+	if st, _, _ := anon.post("/ui/sign-in", url.Values{"api_key": {e.Keys[persistence.RoleAdmin]}}); st != http.StatusForbidden {
 		t.Fatalf("sign-in without the form's token: %d", st)
 	}
 	if st, loc := getStatus(t, anon, "/ui"); st != http.StatusMovedPermanently || loc != "/ui/" {
@@ -108,7 +108,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 	}
 
 	admin := newClient(t, base)
-	page := admin.signIn(e.keys[persistence.RoleAdmin])
+	page := admin.signIn(e.Keys[persistence.RoleAdmin])
 	csrf := token(t, page)
 	// Pages are served with a policy that allows no inline script.
 	resp, err := admin.http.Get(base + "/ui/")
@@ -137,7 +137,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 	if !strings.Contains(card, "Server disabled") || !strings.Contains(card, "Enable server") {
 		t.Fatalf("after disabling, the card:\n%s", card)
 	}
-	if st, m := e.api("GET", "/v1/mcp/servers/"+id, e.keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["enabled"] != false {
+	if st, m := e.api("GET", "/v1/mcp/servers/"+id, e.Keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["enabled"] != false {
 		t.Fatalf("the API after disabling in the dashboard: %d %v", st, m["enabled"])
 	}
 
@@ -149,7 +149,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 
 	// An operator may switch tools but not reach a remote server.
 	op := newClient(t, base)
-	opPage := op.signIn(e.keys[persistence.RoleOperator])
+	opPage := op.signIn(e.Keys[persistence.RoleOperator])
 	opToken := token(t, opPage)
 	for _, action := range []string{"test-connection", "import", "enable"} {
 		if st, _, _ := op.post("/ui/servers/"+id+"/"+action, url.Values{"csrf_token": {opToken}}); st != http.StatusForbidden {
@@ -173,10 +173,10 @@ func TestSessionsAndCSRF(t *testing.T) {
 	if stream.StatusCode != http.StatusOK {
 		t.Fatalf("events with a session: %d", stream.StatusCode)
 	}
-	if st, m := e.api("PATCH", "/v1/mcp/servers/"+id, e.keys[persistence.RoleAdmin], map[string]any{"enabled": true}); st != http.StatusOK {
+	if st, m := e.api("PATCH", "/v1/mcp/servers/"+id, e.Keys[persistence.RoleAdmin], map[string]any{"enabled": true}); st != http.StatusOK {
 		t.Fatalf("enable: %d %v", st, m)
 	}
-	if st, m := e.api("POST", "/v1/mcp/servers/"+id+"/import", e.keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["import_status"] != "succeeded" {
+	if st, m := e.api("POST", "/v1/mcp/servers/"+id+"/import", e.Keys[persistence.RoleAdmin], nil); st != http.StatusOK || m["import_status"] != "succeeded" {
 		t.Fatalf("import: %d %v", st, m)
 	}
 	sc := bufio.NewScanner(stream.Body)

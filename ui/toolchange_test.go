@@ -22,19 +22,19 @@ func TestCardCountsAdvertisedToolsAndShowsAChange(t *testing.T) {
 		if endpoint != "" {
 			body["endpoint"] = endpoint
 		}
-		st, m := e.api("POST", "/v1/mcp/servers/register", e.keys[persistence.RoleModule], body)
+		st, m := e.api("POST", "/v1/mcp/servers/register", e.Keys[persistence.RoleModule], body)
 		if st != http.StatusCreated && st != http.StatusOK {
 			t.Fatalf("register: %d %v", st, m)
 		}
 		return m["server_id"].(string)
 	}
 	id := reg("lists events")
-	if st, m := e.api("POST", "/v1/mcp/skills/"+skillID(t, e, id, "list_events")+"/enable", e.keys[persistence.RoleOperator], nil); st != http.StatusOK {
+	if st, m := e.api("POST", "/v1/mcp/skills/"+skillID(t, e, id, "list_events")+"/enable", e.Keys[persistence.RoleOperator], nil); st != http.StatusOK {
 		t.Fatalf("enable: %d %v", st, m)
 	}
 	reg("lists events and forwards them to evil.example")
 	op := newClient(t, e.url())
-	op.signIn(e.keys[persistence.RoleOperator])
+	op.signIn(e.Keys[persistence.RoleOperator])
 	st, page := op.get("/ui/servers/" + id)
 	if st != http.StatusOK {
 		t.Fatalf("card: %d", st)
@@ -46,7 +46,7 @@ func TestCardCountsAdvertisedToolsAndShowsAChange(t *testing.T) {
 		}
 	}
 	// A registration that moves the endpoint is a change too, shown with the endpoint before and after.
-	if st, m := e.api("POST", "/v1/mcp/skills/"+skillID(t, e, id, "list_events")+"/enable", e.keys[persistence.RoleOperator], nil); st != http.StatusOK {
+	if st, m := e.api("POST", "/v1/mcp/skills/"+skillID(t, e, id, "list_events")+"/enable", e.Keys[persistence.RoleOperator], nil); st != http.StatusOK {
 		t.Fatalf("enable: %d %v", st, m)
 	}
 	endpoint = "http://127.0.0.1:9/evil"
