@@ -81,13 +81,16 @@ type authenticator struct {
 	perAddress int
 	lookupWait time.Duration
 
-	mu       sync.Mutex
-	known    *lru.Cache[[32]byte, knownKey]  // keys the database confirmed
-	unknown  *lru.Cache[[32]byte, time.Time] // keys it refused, until when the refusal holds
-	failures *failureThrottle
-	slots    map[netip.Addr]*lookupSlots // per address, while a request holds or waits for a slot
-	flights  map[[32]byte]*flight        // lookups in flight, by key
-	waiting  atomic.Int64                // requests waiting for a slot or a flight (tests watch it)
+	mu      sync.Mutex
+	known   *lru.Cache[[32]byte, knownKey]  // keys the database confirmed
+	unknown *lru.Cache[[32]byte, time.Time] // keys it refused, until when the refusal holds
+	// confirmed holds the hashes of other credentials (dashboard sessions) a guarded lookup found:
+	// only that they were found, never the answer, which is looked up every time.
+	confirmed *lru.Cache[[32]byte, struct{}]
+	failures  *failureThrottle
+	slots     map[netip.Addr]*lookupSlots // per address, while a request holds or waits for a slot
+	flights   map[[32]byte]*flight        // lookups in flight, by key
+	waiting   atomic.Int64                // requests waiting for a slot or a flight (tests watch it)
 }
 
 type knownKey struct {
@@ -116,10 +119,11 @@ func newAuthenticator(lookup keyLookup, cfg AuthConfig) *authenticator {
 	cfg = cfg.withDefaults()
 	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, now: time.Now,
 		perAddress: cfg.LookupsPerAddress, lookupWait: cfg.LookupWait,
-		known:    lru.New[[32]byte, knownKey](cfg.KeyCacheSize),
-		unknown:  lru.New[[32]byte, time.Time](max(cfg.KeyCacheSize/8, 1024)),
-		failures: newFailureThrottle(cfg.FailureBurst, cfg.FailureRate, cfg.ThrottledAddresses),
-		slots:    map[netip.Addr]*lookupSlots{}, flights: map[[32]byte]*flight{}}
+		known:     lru.New[[32]byte, knownKey](cfg.KeyCacheSize),
+		unknown:   lru.New[[32]byte, time.Time](max(cfg.KeyCacheSize/8, 1024)),
+		confirmed: lru.New[[32]byte, struct{}](maxConfirmedCredentials),
+		failures:  newFailureThrottle(cfg.FailureBurst, cfg.FailureRate, cfg.ThrottledAddresses),
+		slots:     map[netip.Addr]*lookupSlots{}, flights: map[[32]byte]*flight{}}
 }
 
 // authenticate returns the principal of r's bearer key, a 401 problem, a 429 auth_throttled problem
@@ -226,6 +230,51 @@ func (a *authenticator) lookUp(ctx context.Context, hk [32]byte, addr netip.Addr
 	a.unknown.Remove(hk)
 	a.known.Add(hk, knownKey{p: p, expires: now.Add(a.posTTL)})
 	return p, true, nil
+}
+
+// maxConfirmedCredentials bounds the guarded credentials (dashboard sessions) remembered as found.
+const maxConfirmedCredentials = 16_384
+
+// guard runs lookup, the check of a credential that is not a bearer key (a dashboard session cookie)
+// whose hash is hash, under r's address's budget, as authenticate does a key: a credential a guarded
+// lookup found before is looked up without further ado; any other only within the address's failure
+// budget and lookup slots (else the 429 problem, and lookup is not run). A lookup that answers
+// persistence.ErrNotFound counts as a failure of the address. It returns lookup's error unchanged.
+// Nothing is cached but whether a hash was found, so a credential revoked is refused at once.
+func (a *authenticator) guard(r *http.Request, hash [32]byte, lookup func(context.Context) error) error {
+	addr := clientAddress(r)
+	ctx := r.Context()
+	a.mu.Lock()
+	_, confirmed := a.confirmed.Get(hash)
+	wait := a.failures.wait(addr, a.now())
+	a.mu.Unlock()
+	if !confirmed {
+		if wait > 0 {
+			return authThrottled(wait)
+		}
+		release, err := a.acquire(ctx, addr)
+		if err != nil {
+			return err
+		}
+		defer release()
+		a.mu.Lock()
+		wait = a.failures.wait(addr, a.now())
+		a.mu.Unlock()
+		if wait > 0 {
+			return authThrottled(wait)
+		}
+	}
+	err := lookup(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		a.confirmed.Remove(hash)
+		a.failures.fail(addr, a.now())
+	case err == nil:
+		a.confirmed.Add(hash, struct{}{})
+	}
+	return err
 }
 
 // acquire takes one of addr's lookup slots, waiting at most the lookup wait and never past ctx, and

@@ -179,7 +179,10 @@ func (s *Server) streamPrincipal(r *http.Request) (persistence.Principal, error)
 		return s.auth.authenticate(r)
 	}
 	p, ok, err := s.deps.UI.SessionPrincipal(r)
+	var throttled *Problem
 	switch {
+	case errors.As(err, &throttled):
+		return p, throttled // the session check of a throttled address (Guard)
 	case err != nil:
 		return p, unavailable("the session could not be checked right now", 2*time.Second, err)
 	case !ok:

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -32,9 +33,25 @@ func (s *Server) mcpRoutes(r *gin.Engine) {
 func (s *Server) Authenticate(r *http.Request) (persistence.Principal, *Problem) {
 	p, err := s.auth.authenticate(r)
 	if err != nil {
-		pr := *asProblem(err)
-		pr.Type = strings.TrimPrefix(pr.Type, ProblemBase)
-		return persistence.Principal{}, &pr
+		return persistence.Principal{}, slugProblem(err)
 	}
 	return p, nil
+}
+
+// Guard checks a credential that is not a bearer key — a dashboard session cookie, whose SHA-256 is
+// hash — under the failed-authentication throttle of the API's keys: lookup (which must answer
+// persistence.ErrNotFound for an unknown credential) runs only within the budget of r's client
+// address, unless a lookup found this credential before. It returns lookup's error unchanged, or the
+// 429 *Problem of a throttled address (auth_throttled or auth_lookups_busy) without running lookup.
+func (s *Server) Guard(r *http.Request, hash []byte, lookup func(context.Context) error) error {
+	var hk [32]byte
+	copy(hk[:], hash)
+	return s.auth.guard(r, hk, lookup)
+}
+
+// slugProblem is err's problem with its type cut to the slug.
+func slugProblem(err error) *Problem {
+	pr := *asProblem(err)
+	pr.Type = strings.TrimPrefix(pr.Type, ProblemBase)
+	return &pr
 }

@@ -1,8 +1,12 @@
 package service
 
 import (
+	"context"
 	"log/slog"
+	"net/http"
 
+	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/ui"
 )
 
@@ -12,5 +16,17 @@ func (s *Service) newUI(cfg Config, opt Options, log *slog.Logger) (*ui.UI, erro
 	return ui.New(ui.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, FlapWindow: cfg.FlapWindow, FlapThreshold: cfg.FlapThreshold,
 		SecureCookies: cfg.UISecureCookies,
-	}, ui.Deps{Store: s.store, Remote: s.remote, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
+	}, ui.Deps{Store: s.store, Auth: apiAuth{s}, Remote: s.remote, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
+}
+
+// apiAuth is the API's authentication for the dashboard. The dashboard is built before the API (which
+// mounts it), so this reaches the API only when a request comes, by which time it exists.
+type apiAuth struct{ s *Service }
+
+func (a apiAuth) Authenticate(r *http.Request) (persistence.Principal, *httpapi.Problem) {
+	return a.s.api.Authenticate(r)
+}
+
+func (a apiAuth) Guard(r *http.Request, hash []byte, lookup func(context.Context) error) error {
+	return a.s.api.Guard(r, hash, lookup)
 }

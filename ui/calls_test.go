@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
@@ -114,7 +115,7 @@ func TestApprovals(t *testing.T) {
 		{CallID: denyID, RunID: "run-1", ServerID: server, ModuleName: "calendar", Tool: "delete_event",
 			Arguments: json.RawMessage(`{"id":7}`), RequestedAt: time.Now()},
 	}}
-	dash, err := ui.New(ui.Config{}, ui.Deps{Store: store, Remote: noRemote{}, Calls: calls})
+	dash, err := ui.New(ui.Config{}, ui.Deps{Store: store, Auth: httpapi.New(httpapi.Config{}, httpapi.Deps{Store: store}), Remote: noRemote{}, Calls: calls})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,24 @@
 package ui
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -107,13 +112,23 @@ func cookieID(r *http.Request, name string) []byte {
 // errNoSession: r carries no valid session.
 var errNoSession = errors.New("no valid session")
 
-// loadSession returns r's session: errNoSession, or an error when the database cannot say.
+// loadSession returns r's session: errNoSession, a *httpapi.Problem (429) when r's address is past
+// its failed-authentication budget (an unknown session id counts as a failure, as an unknown key
+// does), or an error when the database cannot say.
 func (u *UI) loadSession(r *http.Request) (*session, error) {
 	id := cookieID(r, u.sessionCookieName(r))
 	if id == nil {
 		return nil, errNoSession
 	}
-	p, exp, err := u.deps.Store.LookupSession(r.Context(), hashID(id), u.deps.Wall.Now())
+	var (
+		p   persistence.Principal
+		exp time.Time
+	)
+	hash := hashID(id)
+	err := u.deps.Auth.Guard(r, hash, func(ctx context.Context) (err error) {
+		p, exp, err = u.deps.Store.LookupSession(ctx, hash, u.deps.Wall.Now())
+		return err
+	})
 	if errors.Is(err, persistence.ErrNotFound) {
 		return nil, errNoSession
 	}
@@ -233,7 +248,7 @@ func (u *UI) withSession(roles roleSet, h func(*gin.Context, *session)) gin.Hand
 			return
 		}
 		if err != nil {
-			u.fail(c, nil, http.StatusServiceUnavailable, "The session could not be checked right now: retry shortly.", err)
+			u.sessionFailed(c, err)
 			return
 		}
 		if c.Request.Method != http.MethodGet && !checkCSRF(c, s.csrf()) {
@@ -255,10 +270,32 @@ func (u *UI) index(c *gin.Context) {
 	case errors.Is(err, errNoSession):
 		u.signInForm(c, http.StatusOK, "")
 	case err != nil:
-		u.fail(c, nil, http.StatusServiceUnavailable, "The session could not be checked right now: retry shortly.", err)
+		u.sessionFailed(c, err)
 	default:
 		u.overview(c, s)
 	}
+}
+
+// sessionFailed answers a request whose session could not be checked: 429 with Retry-After when its
+// address is throttled, else 503.
+func (u *UI) sessionFailed(c *gin.Context, err error) {
+	if status, msg, ok := throttled(c, err); ok {
+		u.fail(c, nil, status, msg, nil)
+		return
+	}
+	u.fail(c, nil, http.StatusServiceUnavailable, "The session could not be checked right now: retry shortly.", err)
+}
+
+// throttled reports whether err is the API's refusal of a throttled address (429) and, if so, sets
+// Retry-After on c and returns the status and a sentence for the browser.
+func throttled(c *gin.Context, err error) (int, string, bool) {
+	var p *httpapi.Problem
+	if !errors.As(err, &p) || p.Status != http.StatusTooManyRequests {
+		return 0, "", false
+	}
+	secs := max(int(math.Ceil(p.RetryAfter.Seconds())), 1)
+	c.Header("Retry-After", strconv.Itoa(secs))
+	return p.Status, fmt.Sprintf("Too many sign-in attempts with unknown keys or sessions came from your address: wait %d s and try again.", secs), true
 }
 
 func (u *UI) signInForm(c *gin.Context, status int, problem string) {
@@ -282,15 +319,26 @@ func (u *UI) signIn(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	p, err := u.deps.Store.LookupKey(ctx, persistence.HashAPIKey(key))
-	switch {
-	case errors.Is(err, persistence.ErrNotFound):
-		u.signInForm(c, http.StatusUnauthorized, "That API key is not valid (unknown or revoked).")
-		return
-	case err != nil:
-		u.log.WarnContext(ctx, "ui: sign-in: key lookup failed", "err", err)
+	// The key is checked as the API checks a bearer key: the same cache, and the same per-address
+	// throttle of failures, so a flood of the form costs what a flood of the API does.
+	kr := c.Request.Clone(ctx)
+	kr.Header = kr.Header.Clone()
+	kr.Header.Set("Authorization", "Bearer "+key)
+	p, prob := u.deps.Auth.Authenticate(kr)
+	if prob != nil {
+		if status, msg, ok := throttled(c, prob); ok {
+			u.signInForm(c, status, msg)
+			return
+		}
+		if prob.Status == http.StatusUnauthorized {
+			u.signInForm(c, http.StatusUnauthorized, "That API key is not valid (unknown or revoked).")
+			return
+		}
+		u.log.WarnContext(ctx, "ui: sign-in: key check failed", "status", prob.Status, "type", prob.Type, "err", prob.Err)
 		u.signInForm(c, http.StatusServiceUnavailable, "The key could not be checked right now: retry shortly.")
 		return
+	}
+	switch {
 	case p.Role != persistence.RoleOperator && p.Role != persistence.RoleAdmin:
 		u.signInForm(c, http.StatusForbidden, "Module keys cannot sign in to the dashboard: use an operator or admin key.")
 		return
@@ -335,6 +383,10 @@ func (u *UI) sessionState(c *gin.Context) {
 	case errors.Is(err, errNoSession):
 		c.JSON(http.StatusUnauthorized, gin.H{"signed_in": false})
 	case err != nil:
+		if status, _, ok := throttled(c, err); ok {
+			c.JSON(status, gin.H{"signed_in": nil})
+			return
+		}
 		c.JSON(http.StatusServiceUnavailable, gin.H{"signed_in": nil})
 	default:
 		c.JSON(http.StatusOK, gin.H{"signed_in": true, "role": s.p.Role, "expires_at": s.expiresAt.UTC()})

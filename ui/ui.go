@@ -38,6 +38,7 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
 )
@@ -47,7 +48,6 @@ var assets embed.FS
 
 // Store is what the dashboard reads and writes in PostgreSQL.
 type Store interface {
-	LookupKey(ctx context.Context, hash []byte) (persistence.Principal, error)
 	CreateSession(ctx context.Context, p persistence.Principal, hash []byte, at, expires time.Time) error
 	LookupSession(ctx context.Context, hash []byte, now time.Time) (persistence.Principal, time.Time, error)
 	RevokeSession(ctx context.Context, tenantID uuid.UUID, hash []byte, at time.Time) error
@@ -146,9 +146,20 @@ type Config struct {
 	FlapThreshold     int
 }
 
+// Auth is the API's authentication (httpapi.Server), so that a sign-in with a key and every session
+// cookie are checked under the same per-address failed-authentication throttle as the API's keys.
+type Auth interface {
+	// Authenticate resolves r's bearer key as every /v1 endpoint does, or the problem refusing it.
+	Authenticate(r *http.Request) (persistence.Principal, *httpapi.Problem)
+	// Guard runs lookup of the credential whose hash is hash within r's address's failure budget; it
+	// returns lookup's error, or a *httpapi.Problem (429) without running it.
+	Guard(r *http.Request, hash []byte, lookup func(context.Context) error) error
+}
+
 // Deps are the dashboard's collaborators.
 type Deps struct {
 	Store  Store
+	Auth   Auth // required
 	Remote Remote
 	Calls  Calls // nil until the call gateway exists
 	Log    *slog.Logger
@@ -173,8 +184,8 @@ type UI struct {
 
 // New returns the dashboard, or an error if its templates do not parse.
 func New(cfg Config, deps Deps) (*UI, error) {
-	if deps.Store == nil || deps.Remote == nil {
-		return nil, errors.New("ui: a store and the MCP client side are required")
+	if deps.Store == nil || deps.Remote == nil || deps.Auth == nil {
+		return nil, errors.New("ui: a store, the API's authentication and the MCP client side are required")
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
