@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -42,6 +43,8 @@ type Refusal struct {
 	// RetryAfter is how long waiting may help (skill_unavailable of an unhealthy server); 0 when waiting
 	// will not help.
 	RetryAfter time.Duration
+	// ServerStatus is the server's status as the gateway read it for the call (skill_unavailable).
+	ServerStatus health.Status
 	// Limit and Used are the run's budget and what it used (budget_exhausted).
 	Limit, Used int
 	RunID       string

@@ -73,7 +73,7 @@ func preconditions(t persistence.CallTarget, raw json.RawMessage, reach func(per
 func unavailable(t persistence.CallTarget, name string, retryAfter time.Duration) *Refusal {
 	k, srv := t.Skill, t.Server
 	since := k.UpdatedAt
-	r := &Refusal{Type: RefusedSkillUnavailable}
+	r := &Refusal{Type: RefusedSkillUnavailable, ServerStatus: srv.Status}
 	switch {
 	case k.OrphanedAt != nil:
 		since = *k.OrphanedAt

@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpfleet/mcpfleet/gateway"
-	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -69,6 +68,8 @@ type callOutcome struct {
 // call makes the call through the gateway and waits for it to end: through approval (sending progress
 // notifications) and execution. A cancelled ctx (notifications/cancelled, or the request's connection
 // closing on 2026-07-28) cancels the call at whatever stage it is, including in flight at the server.
+// The endpoint closing (the service stopping) ends the wait at once with a tool error naming the call,
+// which is left to the gateway as it is.
 func (h *hub) call(ctx context.Context, req *mcp.CallToolRequest, greq gateway.Request, en *entry) (*mcp.CallToolResult, error) {
 	gw := h.e.deps.Gateway
 	ch := make(chan callOutcome, 1)
@@ -86,6 +87,8 @@ func (h *hub) call(ctx context.Context, req *mcp.CallToolRequest, greq gateway.R
 	case <-ctx.Done():
 		h.cancelByKey(ctx, greq, ch)
 		return nil, ctx.Err()
+	case <-h.e.stop:
+		return toolError("[mcpfleet: the service is shutting down; the call may or may not have been recorded: see GET /v1/mcp/calls?run_id="+greq.RunID+"]", map[string]any{"status": "stopping"}), nil
 	}
 	tick := time.NewTicker(h.e.cfg.WaitPoll)
 	defer tick.Stop()
@@ -101,6 +104,13 @@ func (h *hub) call(ctx context.Context, req *mcp.CallToolRequest, greq gateway.R
 		case <-ctx.Done():
 			h.cancel(ctx, c.CallID, greq.RequestedBy)
 			return nil, ctx.Err()
+		case <-h.e.stop:
+			// The session is closing with the service: answer now (the SDK waits for its handlers).
+			// The call is left to the gateway, as it is; its outcome is at GET /v1/mcp/calls/{id}.
+			r := toolError(fmt.Sprintf("[mcpfleet: the service is shutting down while call %s is %s; it was left as it is: see GET /v1/mcp/calls/%s]", c.CallID, c.State, c.CallID),
+				map[string]any{"status": "stopping", "call_id": c.CallID, "state": string(c.State)})
+			r.Meta = mcp.Meta{MetaCallID: c.CallID.String()}
+			return r, nil
 		case <-tick.C:
 		}
 		got, err := gw.Get(ctx, h.tenant, c.CallID)
@@ -218,38 +228,51 @@ func (h *hub) refused(err error, en *entry) *mcp.CallToolResult {
 	text := fmt.Sprintf("[mcpfleet: the call to tool %q was refused (%s): %s]", en.name, r.Type, r.Detail)
 	sc := map[string]any{"status": r.Type, "refusal": r.Type, "server_asked": false, "event_id": r.EventID}
 	if r.Type == gateway.RefusedSkillUnavailable {
-		// The gateway read the server just now; the poller's status may be a poll behind.
-		status := string(en.status)
-		switch {
-		case r.RetryAfter > 0:
-			status = string(health.Unhealthy)
-		case !down(en.status):
-			status = "unavailable"
-		}
-		var since any
-		if r.Since != nil {
-			since = r.Since.UTC().Format(time.RFC3339Nano)
-		} else if en.since != nil {
-			since = en.since.UTC().Format(time.RFC3339Nano)
-		}
-		var retry any
-		if r.RetryAfter > 0 {
-			retry = int(math.Ceil(r.RetryAfter.Seconds()))
-		}
-		ev := map[string]any{"liveness": en.liveness, "last_heartbeat_at": en.lastBeat.UTC().Format(time.RFC3339Nano), "last_contact": nil}
-		if en.lastContact != nil {
-			ev["last_contact"] = en.lastContact.UTC().Format(time.RFC3339Nano)
-		}
-		sc = map[string]any{"status": status, "unavailable_since": since, "retry_after_seconds": retry, "evidence": ev,
-			"server": en.module, "server_asked": false}
-		text = fmt.Sprintf("[mcpfleet: tool %q is unavailable: %s", en.name, r.Detail)
-		if retry != nil {
-			text += fmt.Sprintf("; try again in %d s", retry)
-		}
-		text += "; the server was not asked]"
+		return unavailableResult(en, r)
 	}
 	if r.Type == gateway.RefusedBudgetExhausted {
 		sc["limit"], sc["used"] = r.Limit, r.Used
 	}
 	return toolError(text, sc)
+}
+
+// unavailableResult is the tool error of a call to a tool whose server is down, answered without asking
+// it: its text says so (and when to try again), its structured content is {status, unavailable_since,
+// retry_after_seconds, evidence, server, server_asked: false}:
+//   - status is the server's status as the gateway read it for this call: "unhealthy" or
+//     "deregistered", or "unavailable" when the server is up but the tool is not (orphaned, or its
+//     availability not yet restored);
+//   - unavailable_since is when the server went unhealthy, deregistered, or the tool was orphaned;
+//   - retry_after_seconds is the soonest waiting may help (the heartbeat interval) for an unhealthy
+//     server, and null when waiting alone does not: a deregistered server must register again, an
+//     orphaned tool must be imported again;
+//   - evidence is the last liveness evidence the service holds (liveness mode, last heartbeat, last
+//     completed round trip): for an unhealthy server what its status was decided on, for a
+//     deregistered one what was seen before it left.
+func unavailableResult(en *entry, r *gateway.Refusal) *mcp.CallToolResult {
+	status := string(r.ServerStatus)
+	if !down(r.ServerStatus) {
+		status = "unavailable"
+	}
+	var since any
+	if r.Since != nil {
+		since = r.Since.UTC().Format(time.RFC3339Nano)
+	} else if en.since != nil {
+		since = en.since.UTC().Format(time.RFC3339Nano)
+	}
+	var retry any
+	if r.RetryAfter > 0 {
+		retry = int(math.Ceil(r.RetryAfter.Seconds()))
+	}
+	ev := map[string]any{"liveness": en.liveness, "last_heartbeat_at": en.lastBeat.UTC().Format(time.RFC3339Nano), "last_contact": nil}
+	if en.lastContact != nil {
+		ev["last_contact"] = en.lastContact.UTC().Format(time.RFC3339Nano)
+	}
+	sc := map[string]any{"status": status, "unavailable_since": since, "retry_after_seconds": retry, "evidence": ev,
+		"server": en.module, "server_asked": false, "event_id": r.EventID}
+	text := fmt.Sprintf("[mcpfleet: tool %q is unavailable: %s", en.name, r.Detail)
+	if retry != nil {
+		text += fmt.Sprintf("; try again in %d s", retry)
+	}
+	return toolError(text+"; the server was not asked]", sc)
 }

@@ -64,6 +64,42 @@ func TestMCPEndpointApprovalWait(t *testing.T) {
 	}
 }
 
+// TestMCPEndpointCloseAnswersWaitingCall: the endpoint closing (the service stopping) while a call awaits
+// approval answers it at once with a tool error naming the call, instead of holding the shutdown until
+// the approval window ends; the call is left to the gateway, still awaiting approval.
+func TestMCPEndpointCloseAnswersWaitingCall(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""))
+	h.gatewayServer("tools", mcptest.Tools(t).URL, true, "text")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "text"})
+		if err != nil {
+			t.Errorf("call: %v", err)
+		}
+		done <- res
+	}()
+	waitFor(t, "the call parked", 5*time.Second, func() bool { return len(h.listCalls("state=awaiting_approval")) == 1 })
+	closed := make(chan struct{})
+	go func() { h.svc.MCPEndpoint().Close(); close(closed) }()
+	select {
+	case res := <-done:
+		if res == nil || !res.IsError || !strings.Contains(callText(t, res), "shutting down") {
+			t.Fatalf("answer on close: %+v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call was not answered when the endpoint closed")
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if calls := h.listCalls("state=awaiting_approval"); len(calls) != 1 {
+		t.Fatalf("the call was not left awaiting approval: %+v", calls)
+	}
+}
+
 // TestMCPEndpointCancel: notifications/cancelled cancels a call in flight at the remote server, and a
 // parked one unsent.
 func TestMCPEndpointCancel(t *testing.T) {
@@ -180,6 +216,68 @@ func TestMCPEndpointUnavailableKeep(t *testing.T) {
 		return err == nil && !res.IsError
 	})
 	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) || s.changes.Load() != 0 {
+		t.Fatalf("keep mode changed the list: %v, %d list_changed", got, s.changes.Load())
+	}
+}
+
+// TestMCPEndpointDeregisteredKeep: in keep mode a deregistered server's tools stay listed (no
+// list_changed), and a call is answered at once, without asking the server, with a tool error whose
+// structured content says deregistered, since the deregistration, no retry time (waiting alone does not
+// bring it back) and the evidence last seen; the module registering again makes the call work again.
+// The server is a self-registered module with its own key, as modules deregister themselves on shutdown.
+func TestMCPEndpointDeregisteredKeep(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint("keep"))
+	srv := mcptest.Tools(t)
+	reg := registration("tools", "text")
+	reg["endpoint"] = srv.URL
+	key := h.boundKey("tools")
+	r := h.do("POST", "/v1/mcp/servers/register", key, reg)
+	if r.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["server_id"].(string)
+	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": false})
+	if r := h.do("POST", "/v1/mcp/skills/"+h.fullSkills(id)["text"].SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	call := func() *mcp.CallToolResult {
+		t.Helper()
+		res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "tools.text", Arguments: map[string]any{"q": "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call(); res.IsError {
+		t.Fatalf("call while registered: %q", callText(t, res))
+	}
+	h.advance(time.Second)
+	if r := h.do("POST", "/v1/mcp/servers/deregister", key, map[string]string{"server_id": id}); r.status != http.StatusOK {
+		t.Fatalf("deregister: %d %s", r.status, r.body)
+	}
+	res := call()
+	if text := callText(t, res); !res.IsError || !strings.Contains(text, `server "tools" deregistered`) || strings.Contains(text, "try again") {
+		t.Fatalf("call after deregistration: %+v %q", res, text)
+	}
+	sc, _ := res.StructuredContent.(map[string]any)
+	ev, _ := sc["evidence"].(map[string]any)
+	if sc["status"] != "deregistered" || sc["retry_after_seconds"] != nil || sc["server"] != "tools" || sc["server_asked"] != false ||
+		ev["liveness"] != "push" || ev["last_heartbeat_at"] == nil {
+		t.Fatalf("structured %v", sc)
+	}
+	deregisteredAt := timeField(t, h.fetchServer(id), "deregistered_at")
+	if since, err := time.Parse(time.RFC3339Nano, sc["unavailable_since"].(string)); err != nil || !since.Equal(deregisteredAt) {
+		t.Fatalf("unavailable_since %v, want the deregistration at %v (%v)", sc["unavailable_since"], deregisteredAt, err)
+	}
+	if n := srv.Calls("text"); n != 1 {
+		t.Fatalf("the server was asked %d times, want once (before it deregistered)", n)
+	}
+	if r := h.do("POST", "/v1/mcp/servers/register", key, reg); r.status != http.StatusOK {
+		t.Fatalf("register again: %d %s", r.status, r.body)
+	}
+	waitFor(t, "the call works again", 5*time.Second, func() bool { return !call().IsError })
+	if got := toolNames(t, s); !slices.Equal(got, []string{"tools.text"}) || s.changes.Load() != 0 {
 		t.Fatalf("keep mode changed the list: %v, %d list_changed", got, s.changes.Load())
 	}
 }
