@@ -162,8 +162,7 @@ func startJaeger(t *testing.T) *jaeger {
 		}
 	})
 	j := &jaeger{otlp: fmt.Sprintf("http://127.0.0.1:%d", otlp), query: fmt.Sprintf("http://127.0.0.1:%d", qhttp)}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, "Jaeger to come up", 60*time.Second, func() bool {
 		select {
 		case err := <-exited:
 			b, _ := os.ReadFile(logf.Name())
@@ -171,18 +170,18 @@ func startJaeger(t *testing.T) *jaeger {
 		default:
 		}
 		resp, err := http.Get(j.query + "/api/services")
-		if err == nil {
-			resp.Body.Close()
-			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", otlp)); err == nil {
-				c.Close()
-				return j
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Jaeger did not come up within 60s")
+		resp.Body.Close()
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", otlp))
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.Close()
+		return true
+	})
+	return j
 }
 
 func tail(b []byte, n int) []byte {
@@ -293,24 +292,25 @@ func (j *jaeger) get(path string, q url.Values) ([]jTrace, error) {
 func (j *jaeger) trace(t *testing.T, id string, ok func(jTrace) bool) jTrace {
 	t.Helper()
 	var last jTrace
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		trs, err := j.get("/api/traces/"+id, nil)
-		if err == nil && len(trs) == 1 {
-			last = trs[0]
-			if ok(last) {
-				return last
-			}
-		}
-		if time.Now().After(deadline) {
+	var err error
+	defer func() { // runs also when waitFor fails the test
+		if t.Failed() {
 			var names []string
 			for _, s := range last.Spans {
 				names = append(names, s.OperationName)
 			}
-			t.Fatalf("trace %s not complete in Jaeger within 30s (err %v); spans: %q", id, err, names)
+			t.Logf("trace %s as last read (err %v); spans: %q", id, err, names)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	waitFor(t, "trace "+id+" complete in Jaeger", 30*time.Second, func() bool {
+		var trs []jTrace
+		if trs, err = j.get("/api/traces/"+id, nil); err != nil || len(trs) != 1 {
+			return false
+		}
+		last = trs[0]
+		return ok(last)
+	})
+	return last
 }
 
 // search polls Jaeger's trace search until ok accepts the result.
@@ -320,18 +320,19 @@ func (j *jaeger) search(t *testing.T, q url.Values, what string, ok func([]jTrac
 	q.Set("service", "mcpfleet")
 	q.Set("start", fmt.Sprint(now.Add(-time.Hour).UnixMicro()))
 	q.Set("limit", "1000")
-	deadline := now.Add(30 * time.Second)
-	for {
+	var trs []jTrace
+	var err error
+	defer func() {
+		if t.Failed() {
+			t.Logf("Jaeger search %s as last read: err %v, %d traces", q.Encode(), err, len(trs))
+		}
+	}()
+	waitFor(t, "Jaeger search: "+what, 30*time.Second, func() bool {
 		q.Set("end", fmt.Sprint(time.Now().Add(time.Minute).UnixMicro()))
-		trs, err := j.get("/api/traces", q)
-		if err == nil && ok(trs) {
-			return trs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Jaeger search %s: %s not found within 30s (err %v, %d traces)", q.Encode(), what, err, len(trs))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		trs, err = j.get("/api/traces", q)
+		return err == nil && ok(trs)
+	})
+	return trs
 }
 
 // summary lists the trace's spans as name(id←parent, links), for the test log.
@@ -500,7 +501,9 @@ func TestJaegerTracesRegistrationHeartbeatAndUnhealthyTransition(t *testing.T) {
 	j.search(t, url.Values{"operation": {"stamper.flush"}}, "a stamper.flush linked to the heartbeat", func(trs []jTrace) bool {
 		for _, tr := range trs {
 			if hasSpan(tr, func(s jSpan) bool {
-				return s.OperationName == "stamper.flush" && s.linksTo(hbTrace) && len(tr.ops("UPDATE")) > 0
+				return s.OperationName == "stamper.flush" && s.linksTo(hbTrace) && hasSpan(tr, func(s jSpan) bool {
+					return strings.Contains(s.tag("db.query.text"), "UPDATE mcp_servers m SET last_heartbeat_at")
+				})
 			}) {
 				return true
 			}
