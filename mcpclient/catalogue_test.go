@@ -151,8 +151,8 @@ func TestImportableSkipsSchemasOutsideTheSubset(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
 	}
-	if len(cat.Tools) != len(mcptest.BadSchemaTools) {
-		t.Fatalf("catalogue has %d tools, want all %d (skipping is the importer's decision)", len(cat.Tools), len(mcptest.BadSchemaTools))
+	if len(cat.Tools) != len(mcptest.BadSchemaTools()) {
+		t.Fatalf("catalogue has %d tools, want all %d (skipping is the importer's decision)", len(cat.Tools), len(mcptest.BadSchemaTools()))
 	}
 	tools, skipped := cat.Importable()
 	var good []string

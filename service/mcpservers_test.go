@@ -432,7 +432,7 @@ func TestImportBadSchemasSkippedWithReasons(t *testing.T) {
 	id := h.configureID(b)
 	imp := h.importCatalogue(id)
 	var good, bad []string
-	for name := range mcptest.BadSchemaTools {
+	for name := range mcptest.BadSchemaTools() {
 		if strings.HasPrefix(name, "good_") {
 			good = append(good, name)
 		} else {

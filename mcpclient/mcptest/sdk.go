@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -187,10 +188,12 @@ func Paged(t testing.TB, n, pageSize int) *Server {
 	}, nil)
 }
 
-// BadSchemaTools maps each tool of [BadSchemas] to its input schema. Tools
-// whose name starts with "good_" are inside the supported subset (some only
-// after annotations are dropped); every "bad_" tool is outside it.
-var BadSchemaTools = map[string]string{
+// BadSchemaTools returns a new map of each tool of [BadSchemas] to its input
+// schema. Tools whose name starts with "good_" are inside the supported subset
+// (some only after annotations are dropped); every "bad_" tool is outside it.
+func BadSchemaTools() map[string]string { return maps.Clone(badSchemaTools) }
+
+var badSchemaTools = map[string]string{
 	"good_plain":     `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`,
 	"good_annotated": `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","title":"Args","properties":{"q":{"type":"string","title":"Query","default":"x","examples":["a"],"format":"uri"}}}`,
 	"bad_ref":        `{"type":"object","properties":{"a":{"$ref":"#/definitions/a"}},"definitions":{"a":{"type":"string"}}}`,
@@ -208,7 +211,7 @@ func BadSchemas(t testing.TB) *Server {
 		impl: mcp.Implementation{Name: "badschemas", Version: "1"},
 		json: true,
 		configure: func(_ *Server, srv *mcp.Server) {
-			for name, schema := range BadSchemaTools {
+			for name, schema := range badSchemaTools {
 				srv.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(schema)},
 					func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 						return textResult("ok"), nil
