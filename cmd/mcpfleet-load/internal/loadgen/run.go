@@ -129,22 +129,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
 	defer cancel()
 
-	r := &runner{
-		cfg:        cfg,
-		log:        log,
-		t0:         time.Now(),
-		slot:       min(10*time.Millisecond, cfg.Interval/20),
-		mods:       make([]module, cfg.N),
-		regHC:      newTransportClient(cfg.Connections, cfg.RequestTimeout),
-		hbHC:       newTransportClient(cfg.Connections, cfg.RequestTimeout),
-		auth:       "Bearer " + cfg.APIKey,
-		sweepFalse: map[string]fleetclient.Status{},
-	}
+	r := newRunner(cfg, log)
 	defer r.regHC.CloseIdleConnections()
 	defer r.hbHC.CloseIdleConnections()
-	r.fc = fleetclient.New(cfg.BaseURL, cfg.APIKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
-	r.readFC = fleetclient.New(cfg.BaseURL, cfg.ReadKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
-	r.hbURL = r.fc.BaseURL() + "/v1/mcp/servers/heartbeat"
 
 	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg)}
 	s.LoadAverage[0] = loadAverage()
@@ -161,15 +148,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	}
 
 	// (e) RSS before registration.
-	if cfg.ServicePID > 0 {
-		s.RSS.PID = cfg.ServicePID
-		kib, err := ReadRSS(cfg.ServicePID)
-		if err != nil {
-			s.RSS.Error = err.Error()
-			r.note("RSS not measured: %v", err)
-		}
-		s.RSS.BeforeKiB = kib
-	}
+	r.readRSSBefore(s)
 
 	// (a) Registration; the wheel starts heartbeating each module as soon
 	// as it is registered, as a real module would.
@@ -189,12 +168,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		<-wheelDone
 		return s, fmt.Errorf("load run: no module registered (%v)", reg.summary.Errors.ByKind)
 	}
-	r.byID = make(map[string]int32, reg.summary.Registered)
-	for i := range r.mods {
-		if r.mods[i].state.Load() == stateRegistered {
-			r.byID[r.mods[i].id] = int32(i)
-		}
-	}
+	r.indexRegistered(reg.summary.Registered)
 
 	// Registration may have left heartbeats queued behind schedule (a busy
 	// service answers slowly): let the backlog clear so that the steady
@@ -244,9 +218,58 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	tail.finish()
 	s.Tail = summarizePhase(tail, 0)
 
-	if lag := s.Steady.ScheduleLagP99Ms; lag > float64(cfg.Interval.Milliseconds())/10 {
+	return s, r.conclude(ctx, s)
+}
+
+// newRunner returns the runner of a run with cfg (validated, ReadKey set), its HTTP clients built.
+func newRunner(cfg Config, log io.Writer) *runner {
+	r := &runner{
+		cfg:        cfg,
+		log:        log,
+		t0:         time.Now(),
+		slot:       min(10*time.Millisecond, cfg.Interval/20),
+		mods:       make([]module, cfg.N),
+		regHC:      newTransportClient(cfg.Connections, cfg.RequestTimeout),
+		hbHC:       newTransportClient(cfg.Connections, cfg.RequestTimeout),
+		auth:       "Bearer " + cfg.APIKey,
+		sweepFalse: map[string]fleetclient.Status{},
+	}
+	r.fc = fleetclient.New(cfg.BaseURL, cfg.APIKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
+	r.readFC = fleetclient.New(cfg.BaseURL, cfg.ReadKey, fleetclient.WithHTTPClient(r.regHC), fleetclient.WithUserAgent("mcpfleet-load/1"))
+	r.hbURL = r.fc.BaseURL() + "/v1/mcp/servers/heartbeat"
+	return r
+}
+
+// readRSSBefore reads the service's RSS before registration into s (a note if it cannot).
+func (r *runner) readRSSBefore(s *Summary) {
+	if r.cfg.ServicePID <= 0 {
+		return
+	}
+	s.RSS.PID = r.cfg.ServicePID
+	kib, err := ReadRSS(r.cfg.ServicePID)
+	if err != nil {
+		s.RSS.Error = err.Error()
+		r.note("RSS not measured: %v", err)
+	}
+	s.RSS.BeforeKiB = kib
+}
+
+// indexRegistered maps the server_id of every registered module to its index.
+func (r *runner) indexRegistered(registered int) {
+	r.byID = make(map[string]int32, registered)
+	for i := range r.mods {
+		if r.mods[i].state.Load() == stateRegistered {
+			r.byID[r.mods[i].id] = int32(i)
+		}
+	}
+}
+
+// conclude adds the run's notes to s and evaluates its targets. It returns why the run stopped early,
+// or, with cfg.Strict, ErrTargetsMissed when a target was missed.
+func (r *runner) conclude(ctx context.Context, s *Summary) error {
+	if lag := s.Steady.ScheduleLagP99Ms; lag > float64(r.cfg.Interval.Milliseconds())/10 {
 		r.note("steady heartbeats left up to %s late (p99): the %d heartbeat workers were all busy, waiting on slow answers "+
-			"or starved of CPU; latency figures then understate what an unbounded fleet would see", ms(lag), cfg.Connections)
+			"or starved of CPU; latency figures then understate what an unbounded fleet would see", ms(lag), r.cfg.Connections)
 	}
 	s.LoadAverage[1] = loadAverage()
 	r.notesMu.Lock()
@@ -254,12 +277,12 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	r.notesMu.Unlock()
 	s.evaluate()
 	if ctx.Err() != nil {
-		return s, fmt.Errorf("load run stopped early: %w", ctx.Err())
+		return fmt.Errorf("load run stopped early: %w", ctx.Err())
 	}
-	if cfg.Strict && !s.AllMet {
-		return s, ErrTargetsMissed
+	if r.cfg.Strict && !s.AllMet {
+		return ErrTargetsMissed
 	}
-	return s, nil
+	return nil
 }
 
 // measureCeiling measures the no-op server's rate into s.Ceiling (a note if it cannot).
