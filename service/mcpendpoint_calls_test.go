@@ -81,7 +81,7 @@ func TestMCPEndpointCloseAnswersWaitingCall(t *testing.T) {
 	}()
 	waitFor(t, "the call parked", 5*time.Second, func() bool { return len(h.listCalls("state=awaiting_approval")) == 1 })
 	closed := make(chan struct{})
-	go func() { h.svc.MCPEndpoint().Close(); close(closed) }()
+	go func() { h.Svc.MCPEndpoint().Close(); close(closed) }()
 	select {
 	case res := <-done:
 		if res == nil || !res.IsError || !strings.Contains(callText(t, res), "shutting down") {
