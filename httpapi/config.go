@@ -438,8 +438,31 @@ func serverDetailJSON(srv persistence.Server, d remote.Description) ServerDetail
 	return out
 }
 
-// serverDetails describes servers of tenantID for the read side.
-func (s *Server) serverDetails(ctx context.Context, tenantID uuid.UUID, servers []persistence.Server) ([]ServerDetailJSON, error) {
+// Module keys read these in place of a failed probe's reason and a failed import's error: those say
+// what a host resolved to and which address refused a connection (the network as this service sees
+// it), which is the operators' and administrators' to know (the same rule as endpoint_refused).
+const (
+	withheldProbeReason = "the probe failed: the detail is shown to operators and administrators"
+	withheldImportError = "the import failed: the detail is shown to operators and administrators"
+)
+
+// forModuleKey withholds from d what a module key is not told: the reason of its last probe and its
+// import error are replaced by generic phrases (their presence, failure_class and import_status stay).
+func (d *ServerDetailJSON) forModuleKey() {
+	if d.LastProbe != nil && d.LastProbe.Reason != "" {
+		pj := *d.LastProbe
+		pj.Reason = withheldProbeReason
+		d.LastProbe = &pj
+	}
+	if d.ImportError != nil {
+		msg := withheldImportError
+		d.ImportError = &msg
+	}
+}
+
+// serverDetails describes servers of p's tenant for the read side, as p may read them (forModuleKey).
+func (s *Server) serverDetails(ctx context.Context, p persistence.Principal, servers []persistence.Server) ([]ServerDetailJSON, error) {
+	tenantID := p.TenantID
 	descs := map[uuid.UUID]remote.Description{}
 	if s.deps.Remote != nil && len(servers) > 0 {
 		ids := make([]uuid.UUID, len(servers))
@@ -458,13 +481,16 @@ func (s *Server) serverDetails(ctx context.Context, tenantID uuid.UUID, servers 
 			d = remote.Description{Config: persistence.DefaultServerConfig(srv.TenantID, srv.ServerID)}
 		}
 		out[i] = serverDetailJSON(srv, d)
+		if p.Role == persistence.RoleModule {
+			out[i].forModuleKey()
+		}
 	}
 	return out, nil
 }
 
 // writeServer answers with one server's detail.
 func (s *Server) writeServer(c *gin.Context, srv persistence.Server) error {
-	out, err := s.serverDetails(c.Request.Context(), srv.TenantID, []persistence.Server{srv})
+	out, err := s.serverDetails(c.Request.Context(), principalOf(c), []persistence.Server{srv})
 	if err != nil {
 		return storeError(err)
 	}

@@ -416,7 +416,7 @@ func (s *Server) listServers(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
-	details, err := s.serverDetails(c.Request.Context(), p.TenantID, servers)
+	details, err := s.serverDetails(c.Request.Context(), p, servers)
 	if err != nil {
 		return storeError(err)
 	}
