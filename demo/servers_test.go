@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpfleet/mcpfleet/demo"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
 
 func testContext(t testing.TB) context.Context {
@@ -220,17 +221,14 @@ func TestServersCloseWithContext(t *testing.T) {
 	}
 	cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "demo-test", Version: "1.0.0"}, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.For(t, "the server to stop answering once its context ended", 5*time.Second, func() bool {
 		cctx, ccancel := context.WithTimeout(testContext(t), time.Second)
+		defer ccancel()
 		cs, err := client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: servers[0].Endpoint, MaxRetries: -1}, nil)
-		ccancel()
 		if err != nil {
-			break
+			return true
 		}
 		_ = cs.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("server still answers 5s after its context ended")
-		}
-	}
+		return false
+	})
 }

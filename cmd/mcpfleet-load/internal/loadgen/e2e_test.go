@@ -23,6 +23,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/cmd/mcpfleet-load/internal/loadgen"
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/fleetclient/fleetclienttest"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
 
 // syncBuffer is a bytes.Buffer safe to write and read concurrently.
@@ -286,15 +287,7 @@ func TestRunInterruptedStillDeregisters(t *testing.T) {
 		s, err := loadgen.Run(ctx, cfg, io.Discard)
 		done <- result{s, err}
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for fake.Stats().Heartbeats < 2*cfg.N {
-		if time.Now().After(deadline) {
-			t.Fatal("no heartbeats within 20s")
-		}
-		<-tick.C
-	}
+	wait.For(t, "two heartbeats per module", 20*time.Second, func() bool { return fake.Stats().Heartbeats >= 2*cfg.N })
 	cancel()
 	var res result
 	select {
