@@ -48,32 +48,20 @@ type Config struct {
 	MassSilence        MassSilenceConfig // off unless Fraction > 0
 }
 
+// defaults sets every zero field of c to its default (package config).
 func (c *Config) defaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.HeartbeatInterval, config.DefaultHeartbeatInterval)
-	def(&c.MonitorInterval, config.DefaultMonitorInterval)
-	def(&c.StampFlushInterval, config.DefaultStampFlushInterval)
-	def(&c.WriteTimeout, config.DefaultWriteTimeout)
-	def(&c.AskTimeout, c.WriteTimeout+2*time.Second)
-	def(&c.ReconcileInterval, time.Minute)
-	def(&c.AlertInterval, 5*time.Second)
-	if c.StampBatchMax <= 0 {
-		c.StampBatchMax = 5000
-	}
-	if c.WriterMaxBatch <= 0 {
-		c.WriterMaxBatch = 256
-	}
-	if c.WriterMaxPending <= 0 {
-		c.WriterMaxPending = 10000
-	}
+	c.HeartbeatInterval = config.Or(c.HeartbeatInterval, config.DefaultHeartbeatInterval)
+	c.MonitorInterval = config.Or(c.MonitorInterval, config.DefaultMonitorInterval)
+	c.StampFlushInterval = config.Or(c.StampFlushInterval, config.DefaultStampFlushInterval)
+	c.WriteTimeout = config.Or(c.WriteTimeout, config.DefaultWriteTimeout)
+	c.AskTimeout = config.Or(c.AskTimeout, c.WriteTimeout+2*time.Second) // a caller waits a little longer than a write may take
+	c.ReconcileInterval = config.Or(c.ReconcileInterval, config.DefaultReconcileInterval)
+	c.AlertInterval = config.Or(c.AlertInterval, config.DefaultAlertInterval)
+	c.StampBatchMax = config.Or(c.StampBatchMax, config.DefaultStampBatchMax)
+	c.WriterMaxBatch = config.Or(c.WriterMaxBatch, config.DefaultWriterMaxBatch)
+	c.WriterMaxPending = config.Or(c.WriterMaxPending, config.DefaultWriterMaxPending)
 	c.Flap = c.Flap.WithDefaults()
-	if c.MassSilence.Min <= 0 {
-		c.MassSilence.Min = config.DefaultMassSilenceMin
-	}
+	c.MassSilence.Min = config.Or(c.MassSilence.Min, config.DefaultMassSilenceMin)
 }
 
 // Store is the persistence the actors need.

@@ -36,6 +36,15 @@ const (
 	DefaultMCPTimeout         = 15 * time.Second       // MCPFLEET_MCP_TIMEOUT: one deadline per MCP operation
 )
 
+// The defaults of the actor system's internal settings (package actors).
+const (
+	DefaultStampBatchMax     = 5000            // a heartbeat stamp window flushes early at this many servers
+	DefaultWriterMaxBatch    = 256             // durable commands per group commit
+	DefaultWriterMaxPending  = 10_000          // queued durable requests before back-pressure
+	DefaultReconcileInterval = time.Minute     // skill reconciliation period
+	DefaultAlertInterval     = 5 * time.Second // alert outbox sweep period
+)
+
 // The defaults of the registration limits: a tenant of 250,000 servers, each advertising a few
 // hundred tools, fits in them.
 const (
