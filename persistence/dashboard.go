@@ -115,17 +115,20 @@ func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, erro
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) { return scanServer(r) })
 }
 
-// EventCursor is a position in a tenant's fleet event stream: the last audit event and the last import
-// event seen, by the tenant's own sequence numbers (tenant_seq). The zero cursor is the start.
+// EventCursor is a position in a tenant's fleet event stream: the last audit event, the last import
+// event and the last tool change seen, by the tenant's own sequence numbers (tenant_seq). The zero
+// cursor is the start.
 type EventCursor struct {
 	Audit  int64
 	Import int64
+	Tool   int64
 }
 
-// String is the cursor as GET /v1/mcp/events writes it in id: "t<audit seq>-<import seq>". The "t"
-// tells it from an id of the numbering shared by every tenant that came before (ErrOldEventCursor).
+// String is the cursor as GET /v1/mcp/events writes it in id: "t<audit seq>-<import seq>-<tool change
+// seq>". The "t" tells it from an id of the numbering shared by every tenant that came before
+// (ErrOldEventCursor).
 func (c EventCursor) String() string {
-	return "t" + strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10)
+	return "t" + strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10) + "-" + strconv.FormatInt(c.Tool, 10)
 }
 
 // ErrOldEventCursor is an event id written before migration 0012, in the numbering shared by every
@@ -133,29 +136,42 @@ func (c EventCursor) String() string {
 var ErrOldEventCursor = errors.New("the event id is from the numbering before tenant sequences")
 
 // ParseEventCursor parses what String wrote. An id of the old form "<seq>-<seq>" is ErrOldEventCursor.
+// An id without the tool change part, "t<audit seq>-<import seq>" (written before tool changes were
+// streamed), resumes the tool changes from the first: none of them was sent on such a stream.
 func ParseEventCursor(s string) (EventCursor, error) {
 	body, current := strings.CutPrefix(s, "t")
-	c, ok := parseSeqPair(body)
+	c, parts, ok := parseSeqs(body)
 	switch {
-	case !ok || len(s) > 42:
-		return EventCursor{}, fmt.Errorf("event id %q: want t<audit seq>-<import seq>", s)
-	case !current:
+	case !ok || len(s) > 63:
+		return EventCursor{}, fmt.Errorf("event id %q: want t<audit seq>-<import seq>-<tool change seq>", s)
+	case !current && parts == 2:
 		return EventCursor{}, ErrOldEventCursor
+	case !current:
+		return EventCursor{}, fmt.Errorf("event id %q: want t<audit seq>-<import seq>-<tool change seq>", s)
 	}
 	return c, nil
 }
 
-func parseSeqPair(s string) (EventCursor, bool) {
-	a, i, ok := strings.Cut(s, "-")
-	if !ok {
-		return EventCursor{}, false
+// parseSeqs parses two or three non-negative numbers joined by "-".
+func parseSeqs(s string) (EventCursor, int, bool) {
+	parts := strings.Split(s, "-")
+	if len(parts) != 2 && len(parts) != 3 {
+		return EventCursor{}, 0, false
 	}
-	var c EventCursor
-	var err1, err2 error
-	c.Audit, err1 = strconv.ParseInt(a, 10, 64)
-	c.Import, err2 = strconv.ParseInt(i, 10, 64)
-	return c, err1 == nil && err2 == nil && c.Audit >= 0 && c.Import >= 0
+	var n [3]int64
+	for i, p := range parts {
+		v, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || v < 0 {
+			return EventCursor{}, 0, false
+		}
+		n[i] = v
+	}
+	return EventCursor{Audit: n[0], Import: n[1], Tool: n[2]}, len(parts), true
 }
+
+// latestCursorSQL reads the tenant's newest event numbers, in EventCursor's order.
+const latestCursorSQL = `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
+	(SELECT coalesce(max(tenant_seq), 0) FROM import_events), (SELECT coalesce(max(tenant_seq), 0) FROM tool_changes)`
 
 // FleetSnapshot is one consistent read of a tenant's fleet for the overview: the counts by status, a
 // page of servers and the event cursor they reflect. Events after Cursor are exactly the changes not
@@ -171,8 +187,7 @@ type FleetSnapshot struct {
 func (s *Store) FleetSnapshot(ctx context.Context, tenantID uuid.UUID, f ServerFilter) (FleetSnapshot, error) {
 	out := FleetSnapshot{Counts: map[health.Status]int{}}
 	err := s.inTenantSnapshot(ctx, tenantID, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
-				(SELECT coalesce(max(tenant_seq), 0) FROM import_events)`).Scan(&out.Cursor.Audit, &out.Cursor.Import); err != nil {
+		if err := tx.QueryRow(ctx, latestCursorSQL).Scan(&out.Cursor.Audit, &out.Cursor.Import, &out.Cursor.Tool); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM mcp_servers GROUP BY status`)
@@ -209,12 +224,19 @@ func (s *Store) inTenantSnapshot(ctx context.Context, tenantID uuid.UUID, fn fun
 	return inTenantTx(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, tenantID, fn)
 }
 
-// Fleet event kinds beyond the audit kinds: a catalogue import (succeeded or failed).
-const KindImported = "mcp.server.imported"
+// Fleet event kinds beyond the audit kinds: a catalogue import (succeeded or failed), and a tool change
+// (a tool's definition changed, or its server's endpoint moved: the tool is disabled until an operator
+// enables it again).
+const (
+	KindImported    = "mcp.server.imported"
+	KindToolChanged = "mcp.tool.changed"
+)
 
 // FleetEvent is one event of GET /v1/mcp/events: an audit event (registration, transition,
-// deregistration) or an import. For an import, From and Status are import statuses (never_imported,
-// succeeded, failed); otherwise they are health statuses (From empty for a first registration).
+// deregistration), an import or a tool change. For an import, From and Status are import statuses
+// (never_imported, succeeded, failed); for a tool change they are "enabled" or "disabled" (the tool's
+// state before, and after: always disabled); otherwise they are health statuses (From empty for a first
+// registration).
 type FleetEvent struct {
 	Kind       string
 	ServerID   uuid.UUID
@@ -223,16 +245,22 @@ type FleetEvent struct {
 	Status     string
 	At         time.Time
 	TraceID    string
-	// Seq is the event's position in its tenant's own sequence: audit_events.tenant_seq, or
-	// import_events.tenant_seq when Import is true.
-	Seq    int64
-	Import bool
+	// Seq is the event's position in its tenant's own sequence: audit_events.tenant_seq,
+	// import_events.tenant_seq when Import is true, tool_changes.tenant_seq when ToolChange is.
+	Seq        int64
+	Import     bool
+	ToolChange bool
+	// A tool change's skill, tool name and cause ("definition" or "endpoint").
+	SkillID uuid.UUID
+	Tool    string
+	Cause   string
 }
 
-// FleetEvents returns up to limit audit events of tenantID after c.Audit and up to limit import events
-// after c.Import, each in the order of the tenant's own sequence (audit events first). Each sequence is
-// gapless and numbered in commit order (migration 0012), so what FleetEvents returns is everything that
-// follows c: an event not returned now will be numbered after the last one returned.
+// FleetEvents returns up to limit events of each of tenantID's logs after c: audit events after c.Audit,
+// import events after c.Import and tool changes after c.Tool, each in the order of the tenant's own
+// sequence (audit events first, then imports, then tool changes). Each sequence is gapless and numbered
+// in commit order (migrations 0012 and 0015), so what FleetEvents returns is everything that follows c:
+// an event not returned now will be numbered after the last one returned.
 func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCursor, limit int) ([]FleetEvent, error) {
 	var out []FleetEvent
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
@@ -261,7 +289,23 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 			err := r.Scan(&e.Seq, &e.ServerID, &e.ModuleName, &e.From, &e.Status, &e.At, &e.TraceID)
 			return e, err
 		})
-		out = append(audit, imports...)
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT t.tenant_seq, t.server_id, m.module_name,
+				CASE WHEN t.was_enabled THEN 'enabled' ELSE 'disabled' END, t.changed_at, coalesce(t.trace_id, ''),
+				t.skill_id, t.name, t.cause
+			FROM tool_changes t JOIN mcp_servers m ON m.server_id = t.server_id
+			WHERE t.tenant_seq > $1 ORDER BY t.tenant_seq LIMIT $2`, c.Tool, limit)
+		if err != nil {
+			return err
+		}
+		changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
+			e := FleetEvent{Kind: KindToolChanged, ToolChange: true, Status: "disabled"}
+			err := r.Scan(&e.Seq, &e.ServerID, &e.ModuleName, &e.From, &e.At, &e.TraceID, &e.SkillID, &e.Tool, &e.Cause)
+			return e, err
+		})
+		out = append(append(audit, imports...), changes...)
 		return err
 	})
 	if err != nil {
@@ -274,8 +318,7 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 func (s *Store) LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (EventCursor, error) {
 	var c EventCursor
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
-			(SELECT coalesce(max(tenant_seq), 0) FROM import_events)`).Scan(&c.Audit, &c.Import)
+		return tx.QueryRow(ctx, latestCursorSQL).Scan(&c.Audit, &c.Import, &c.Tool)
 	})
 	if err != nil {
 		return EventCursor{}, fmt.Errorf("latest event: %w", err)

@@ -283,7 +283,14 @@ func TestFleetSnapshotAndEvents(t *testing.T) {
 	if c, err := persistence.ParseEventCursor(after.String()); err != nil || c != after {
 		t.Fatalf("cursor %q parsed as %v, %v", after.String(), c, err)
 	}
-	for _, bad := range []string{"", "1", "t1", "a-b", "ta-b", "-1-2", "t-1-2", "1-2-3", "t1-2-3", "1--2", "tt1-2"} {
+	three := persistence.EventCursor{Audit: 1, Import: 2, Tool: 3}
+	if c, err := persistence.ParseEventCursor(three.String()); err != nil || c != three || three.String() != "t1-2-3" {
+		t.Fatalf("cursor %q parsed as %v, %v", three.String(), c, err)
+	}
+	if c, err := persistence.ParseEventCursor("t1-2"); err != nil || c != (persistence.EventCursor{Audit: 1, Import: 2}) {
+		t.Fatalf("a two-part id parsed as %v, %v", c, err)
+	}
+	for _, bad := range []string{"", "1", "t1", "a-b", "ta-b", "-1-2", "t-1-2", "1-2-3", "t1-2-3-4", "t1-2--3", "1--2", "tt1-2"} {
 		if _, err := persistence.ParseEventCursor(bad); err == nil || errors.Is(err, persistence.ErrOldEventCursor) {
 			t.Errorf("cursor %q: %v, want refused", bad, err)
 		}

@@ -186,3 +186,64 @@ func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64,
 	}
 	return n, nil
 }
+
+// ToolChange is a row of tool_changes: one change of a tool that a re-registration or a re-import made,
+// which disabled the tool if it was enabled (WasEnabled) until an operator enabled it again.
+type ToolChange struct {
+	ChangeID uuid.UUID
+	// Seq is the change's place in its tenant's sequence of tool changes (gapless, in commit order).
+	Seq      int64
+	SkillID  uuid.UUID
+	ServerID uuid.UUID
+	Name     string
+	Source   string // CatalogueAdvertisement or CatalogueImport
+	// Cause is "definition" (description, input schema or annotations changed; OldDefinition and
+	// NewDefinition differ) or "endpoint" (a registration moved the server from OldEndpoint, "" for none,
+	// to NewEndpoint; the definitions are the tool's unchanged one).
+	Cause                        string
+	OldDefinition, NewDefinition json.RawMessage
+	OldEndpoint, NewEndpoint     string
+	WasEnabled                   bool
+	ChangedBy                    *uuid.UUID // the API key that caused it; nil when unknown
+	TraceID                      string
+	ChangedAt                    time.Time
+}
+
+// Tool change causes.
+const (
+	CauseDefinition = "definition"
+	CauseEndpoint   = "endpoint"
+)
+
+// ToolChanges returns up to limit changes of one skill of tenantID with Seq after after, oldest first.
+// It returns ErrNotFound for an unknown skill or another tenant's (a skill without changes has none).
+func (s *Store) ToolChanges(ctx context.Context, tenantID, skillID uuid.UUID, after int64, limit int) ([]ToolChange, error) {
+	var out []ToolChange
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM skill_registry WHERE skill_id = $1)`, skillID).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNotFound
+		}
+		rows, err := tx.Query(ctx, `SELECT change_id, tenant_seq, skill_id, server_id, name, source, cause, old_definition,
+				new_definition, coalesce(old_endpoint, ''), coalesce(new_endpoint, ''), was_enabled, changed_by,
+				coalesce(trace_id, ''), changed_at
+			FROM tool_changes WHERE skill_id = $1 AND tenant_seq > $2 ORDER BY tenant_seq LIMIT $3`, skillID, after, limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ToolChange, error) {
+			var c ToolChange
+			err := r.Scan(&c.ChangeID, &c.Seq, &c.SkillID, &c.ServerID, &c.Name, &c.Source, &c.Cause, &c.OldDefinition,
+				&c.NewDefinition, &c.OldEndpoint, &c.NewEndpoint, &c.WasEnabled, &c.ChangedBy, &c.TraceID, &c.ChangedAt)
+			return c, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tool changes: %w", err)
+	}
+	return out, nil
+}
