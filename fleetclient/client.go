@@ -230,6 +230,26 @@ func (c *Client) Audit(ctx context.Context, opts AuditOptions) ([]AuditEvent, er
 	return out.Events, nil
 }
 
+// ToolChanges lists the recorded changes of one skill, oldest first (operator and admin keys): each a
+// change of its definition or a move of its server's endpoint, which disabled the tool until an
+// operator enabled it again. Pass the last Seq as opts.After for the next page.
+func (c *Client) ToolChanges(ctx context.Context, skillID string, opts ToolChangesOptions) ([]ToolChange, error) {
+	q := url.Values{}
+	if opts.After > 0 {
+		q.Set("after", strconv.FormatInt(opts.After, 10))
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	var out struct {
+		Changes []ToolChange `json:"changes"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/mcp/skills/"+url.PathEscape(skillID)+"/changes", q, nil, &out); err != nil {
+		return nil, fmt.Errorf("list changes of skill %s: %w", skillID, err)
+	}
+	return out.Changes, nil
+}
+
 // Healthz returns nil if GET /healthz answers 2xx.
 func (c *Client) Healthz(ctx context.Context) error {
 	if _, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil); err != nil {

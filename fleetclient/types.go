@@ -144,6 +144,33 @@ type AuditEvent struct {
 	OccurredAt time.Time `json:"occurred_at"`
 }
 
+// ToolChange is one recorded change of a tool (GET /v1/mcp/skills/{id}/changes). Cause is
+// "definition" (OldDefinition and NewDefinition differ) or "endpoint" (a registration moved the server
+// from OldEndpoint, nil for none, to NewEndpoint).
+type ToolChange struct {
+	ChangeID      string          `json:"change_id"`
+	Seq           int64           `json:"seq"`
+	SkillID       string          `json:"skill_id"`
+	ServerID      string          `json:"server_id"`
+	Name          string          `json:"name"`
+	Source        string          `json:"source"`
+	Cause         string          `json:"cause"`
+	OldDefinition json.RawMessage `json:"old_definition"`
+	NewDefinition json.RawMessage `json:"new_definition"`
+	OldEndpoint   *string         `json:"old_endpoint"`
+	NewEndpoint   *string         `json:"new_endpoint"`
+	WasEnabled    bool            `json:"was_enabled"`
+	ChangedBy     *string         `json:"changed_by"`
+	TraceID       *string         `json:"trace_id"`
+	ChangedAt     time.Time       `json:"changed_at"`
+}
+
+// ToolChangesOptions pages GET /v1/mcp/skills/{id}/changes. Zero fields are not sent.
+type ToolChangesOptions struct {
+	After int64 // the Seq of the last change seen
+	Limit int   // 1 to 1000; the service's default is 100
+}
+
 // AuditOptions filters GET /v1/mcp/audit. Zero fields are not sent.
 type AuditOptions struct {
 	ServerID string

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -43,6 +44,7 @@ func (s *Server) configRoutes(v1 *gin.RouterGroup) {
 	v1.POST("/mcp/servers/:server_id/import", s.handle(admins, s.importCatalogue))
 	v1.POST("/mcp/skills/:skill_id/enable", s.handle(ops, s.enableSkill))
 	v1.POST("/mcp/skills/:skill_id/disable", s.handle(ops, s.disableSkill))
+	v1.GET("/mcp/skills/:skill_id/changes", s.handle(ops, s.listToolChanges))
 }
 
 // AuthBody is how a configured server authenticates the client.
@@ -287,6 +289,75 @@ func (s *Server) setSkill(c *gin.Context, enabled bool) error {
 		return storeError(err)
 	}
 	c.JSON(http.StatusOK, skillJSON(k))
+	return nil
+}
+
+// ToolChangeJSON is one change of a tool as GET /v1/mcp/skills/{skill_id}/changes shows it.
+type ToolChangeJSON struct {
+	ChangeID uuid.UUID `json:"change_id"`
+	// Seq is the change's number in the tenant's tool changes: pass the last one as after for the next page.
+	Seq      int64     `json:"seq"`
+	SkillID  uuid.UUID `json:"skill_id"`
+	ServerID uuid.UUID `json:"server_id"`
+	Name     string    `json:"name"`
+	// Source is advertisement (a registration) or import.
+	Source string `json:"source"`
+	// Cause is definition (old and new definition differ) or endpoint (a registration moved the
+	// server: old_endpoint, null for none, to new_endpoint).
+	Cause         string          `json:"cause"`
+	OldDefinition json.RawMessage `json:"old_definition"`
+	NewDefinition json.RawMessage `json:"new_definition"`
+	OldEndpoint   *string         `json:"old_endpoint"`
+	NewEndpoint   *string         `json:"new_endpoint"`
+	// WasEnabled says the change disabled the tool (it was enabled).
+	WasEnabled bool       `json:"was_enabled"`
+	ChangedBy  *uuid.UUID `json:"changed_by"`
+	TraceID    *string    `json:"trace_id"`
+	ChangedAt  time.Time  `json:"changed_at"`
+}
+
+// listToolChanges answers GET /v1/mcp/skills/{skill_id}/changes?after=&limit= for operators and admins:
+// the skill's recorded changes, oldest first, limit (1 to 1000, default 100) after the seq after. The
+// history outlives the operator's approval (enabling the tool clears only the skill's pending change).
+// Module keys are refused (403): a change says which key made it and where a server moved, which is the
+// operators' to judge, not another module's to read.
+func (s *Server) listToolChanges(c *gin.Context) error {
+	p := principalOf(c)
+	raw := c.Param("skill_id")
+	id, err := uuid.Parse(raw)
+	if err != nil || len(raw) != 36 {
+		return badRequest("invalid_field", "skill_id", "skill_id must be a UUID")
+	}
+	after, limit := int64(0), 100
+	if v := c.Query("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("invalid_field", "after", "after must be a non-negative sequence number")
+		}
+		after = n
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest("invalid_field", "limit", "limit must be a whole number from 1 to 1000")
+		}
+		limit = n
+	}
+	changes, err := s.store.ToolChanges(c.Request.Context(), p.TenantID, id, after, limit)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return problem(http.StatusNotFound, "not_found", "no such skill in this tenant")
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	out := make([]ToolChangeJSON, len(changes))
+	for i, ch := range changes {
+		out[i] = ToolChangeJSON{ChangeID: ch.ChangeID, Seq: ch.Seq, SkillID: ch.SkillID, ServerID: ch.ServerID, Name: ch.Name,
+			Source: ch.Source, Cause: ch.Cause, OldDefinition: ch.OldDefinition, NewDefinition: ch.NewDefinition,
+			OldEndpoint: strOrNil(ch.OldEndpoint), NewEndpoint: strOrNil(ch.NewEndpoint), WasEnabled: ch.WasEnabled,
+			ChangedBy: ch.ChangedBy, TraceID: strOrNil(ch.TraceID), ChangedAt: ch.ChangedAt.UTC()}
+	}
+	c.JSON(http.StatusOK, gin.H{"changes": out})
 	return nil
 }
 

@@ -18,13 +18,14 @@ import (
 
 // GET /v1/mcp/events is the fleet's event stream (server-sent events), for any role, with a bearer key
 // or a dashboard session: one event per registration, transition, deregistration and catalogue import
-// of the caller's tenant, each
+// of the caller's tenant, and one per recorded tool change (mcp.tool.changed: a definition changed or an
+// endpoint moved, which disables the tool until an operator enables it again), each
 //
-//	id: t<audit seq>-<import seq>
-//	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"}
+//	id: t<audit seq>-<import seq>-<tool change seq>
+//	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"[, "skill_id", "tool", "cause"]}
 //
-// The events are read from the tenant's audit log and import log (both durable and append-only), by the
-// tenant's own sequence numbers, which have no gaps and follow commit order: a stream sends each event
+// The events are read from the tenant's audit log, import log and tool changes (durable and
+// append-only), by the tenant's own sequence numbers, which have no gaps and follow commit order: a stream sends each event
 // at the first poll after its commit, whatever other tenants do, and never waits for a number. A
 // client that reconnects with Last-Event-ID (or ?last_event_id=, for a client that cannot set the
 // header) gets every event after the one it saw, exactly once, up to MaxReplay of them; a client that
@@ -94,6 +95,12 @@ type EventJSON struct {
 	Status  string    `json:"status"`
 	At      time.Time `json:"at"`
 	TraceID *string   `json:"trace_id"`
+	// A tool change (kind mcp.tool.changed; from and status are then "enabled"/"disabled", the tool's
+	// state before and after) names the skill, the tool and the cause: definition or endpoint. Absent
+	// for every other kind.
+	SkillID *uuid.UUID `json:"skill_id,omitempty"`
+	Tool    *string    `json:"tool,omitempty"`
+	Cause   *string    `json:"cause,omitempty"`
 }
 
 // streams counts and stops the open event streams: in all, by tenant and by key.
@@ -215,7 +222,7 @@ func (s *Server) events(c *gin.Context) {
 		case errors.Is(err, persistence.ErrOldEventCursor):
 			old = true
 		case err != nil:
-			s.fail(c, badRequest("invalid_field", "Last-Event-ID", "the event id is not one this stream sent (want t<audit seq>-<import seq>)"))
+			s.fail(c, badRequest("invalid_field", "Last-Event-ID", "the event id is not one this stream sent (want t<audit seq>-<import seq>-<tool change seq>)"))
 			return
 		default:
 			resume = &cur
@@ -241,8 +248,9 @@ func (s *Server) events(c *gin.Context) {
 	reset := old
 	if resume != nil {
 		// A cursor ahead of the log is from another database; one too far behind would replay too much.
-		reset = resume.Audit > latest.Audit || resume.Import > latest.Import ||
-			latest.Audit-resume.Audit > int64(cfg.MaxReplay) || latest.Import-resume.Import > int64(cfg.MaxReplay)
+		reset = resume.Audit > latest.Audit || resume.Import > latest.Import || resume.Tool > latest.Tool ||
+			latest.Audit-resume.Audit > int64(cfg.MaxReplay) || latest.Import-resume.Import > int64(cfg.MaxReplay) ||
+			latest.Tool-resume.Tool > int64(cfg.MaxReplay)
 		if !reset {
 			st.cur = *resume
 		}
@@ -337,14 +345,18 @@ func (st *eventStream) poll(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var audit, imports int
+		var audit, imports, changes int
 		for _, e := range evs {
 			// The id written with each event is the position after it, so a client resuming from any
 			// id it saw gets exactly what follows.
-			if e.Import {
+			switch {
+			case e.Import:
 				st.cur.Import = e.Seq
 				imports++
-			} else {
+			case e.ToolChange:
+				st.cur.Tool = e.Seq
+				changes++
+			default:
 				st.cur.Audit = e.Seq
 				audit++
 			}
@@ -352,7 +364,7 @@ func (st *eventStream) poll(ctx context.Context) error {
 				return fmt.Errorf("%w: %v", errWrite, err)
 			}
 		}
-		if audit < eventBatch && imports < eventBatch {
+		if audit < eventBatch && imports < eventBatch && changes < eventBatch {
 			return nil
 		}
 	}
@@ -360,6 +372,10 @@ func (st *eventStream) poll(ctx context.Context) error {
 
 func eventFrame(cur persistence.EventCursor, e persistence.FleetEvent) string {
 	out := EventJSON{Kind: e.Kind, ServerID: e.ServerID, ModuleName: e.ModuleName, Status: e.Status, At: e.At.UTC()}
+	if e.ToolChange {
+		skill, tool, cause := e.SkillID, e.Tool, e.Cause
+		out.SkillID, out.Tool, out.Cause = &skill, &tool, &cause
+	}
 	if e.From != "" {
 		from := e.From
 		out.From = &from

@@ -55,24 +55,23 @@ func (l *fakeLog) FleetEvents(_ context.Context, tenantID uuid.UUID, c persisten
 	if tenantID != l.tenant {
 		return nil, nil
 	}
-	var audit, imports []persistence.FleetEvent
+	var audit, imports, changes []persistence.FleetEvent
 	for _, e := range l.events {
 		switch {
 		case e.Import && e.Seq > c.Import:
 			imports = append(imports, e)
-		case !e.Import && e.Seq > c.Audit:
+		case e.ToolChange && e.Seq > c.Tool:
+			changes = append(changes, e)
+		case !e.Import && !e.ToolChange && e.Seq > c.Audit:
 			audit = append(audit, e)
 		}
 	}
-	sortSeq(audit)
-	sortSeq(imports)
-	if len(audit) > limit {
-		audit = audit[:limit]
+	var out []persistence.FleetEvent
+	for _, evs := range [][]persistence.FleetEvent{audit, imports, changes} {
+		sortSeq(evs)
+		out = append(out, evs[:min(len(evs), limit)]...)
 	}
-	if len(imports) > limit {
-		imports = imports[:limit]
-	}
-	return append(audit, imports...), nil
+	return out, nil
 }
 
 func sortSeq(evs []persistence.FleetEvent) {
@@ -88,9 +87,12 @@ func (l *fakeLog) LatestEventCursor(_ context.Context, tenantID uuid.UUID) (pers
 	defer l.mu.Unlock()
 	var c persistence.EventCursor
 	for _, e := range l.events {
-		if e.Import {
+		switch {
+		case e.Import:
 			c.Import = max(c.Import, e.Seq)
-		} else {
+		case e.ToolChange:
+			c.Tool = max(c.Tool, e.Seq)
+		default:
 			c.Audit = max(c.Audit, e.Seq)
 		}
 	}
@@ -149,6 +151,12 @@ func ev(seq int64, kind, from, status string) persistence.FleetEvent {
 func imp(seq int64, from, status string) persistence.FleetEvent {
 	e := ev(seq, persistence.KindImported, from, status)
 	e.Import = true
+	return e
+}
+
+func toolChange(seq int64, cause string) persistence.FleetEvent {
+	e := ev(seq, persistence.KindToolChanged, "enabled", "disabled")
+	e.ToolChange, e.SkillID, e.Tool, e.Cause = true, uuid.MustParse("6f1d2c3e-0000-4000-8000-0000000000aa"), "echo", cause
 	return e
 }
 
@@ -262,8 +270,8 @@ func TestEventStreamFromNow(t *testing.T) {
 	quiet(t, frames, 100*time.Millisecond) // history before the connection is not replayed without an id
 	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
 	f := next(t, frames)
-	if f.id != "t2-0" {
-		t.Fatalf("id %q, want t2-0", f.id)
+	if f.id != "t2-0-0" {
+		t.Fatalf("id %q, want t2-0-0", f.id)
 	}
 	var got map[string]any
 	if err := json.Unmarshal([]byte(f.data), &got); err != nil {
@@ -277,7 +285,7 @@ func TestEventStreamFromNow(t *testing.T) {
 		t.Fatalf("data\n got %s\nwant %s", gb, wb)
 	}
 	e.log.add(imp(1, "never_imported", "succeeded"))
-	if f := next(t, frames); f.id != "t2-1" || !strings.Contains(f.data, `"kind":"mcp.server.imported"`) {
+	if f := next(t, frames); f.id != "t2-1-0" || !strings.Contains(f.data, `"kind":"mcp.server.imported"`) {
 		t.Fatalf("import event %+v", f)
 	}
 }
@@ -289,29 +297,29 @@ func TestEventStreamResumes(t *testing.T) {
 	}
 	e.log.add(imp(1, "never_imported", "failed"))
 	e.log.add(imp(2, "failed", "succeeded"))
-	_, frames := e.open("t2-1", "")
-	for _, want := range []string{"t3-1", "t4-1", "t4-2"} {
+	_, frames := e.open("t2-1-0", "")
+	for _, want := range []string{"t3-1-0", "t4-1-0", "t4-2-0"} {
 		if f := next(t, frames); f.id != want {
 			t.Fatalf("resumed id %q, want %s", f.id, want)
 		}
 	}
 	// ?last_event_id= does the same for a client that cannot set the header.
-	_, frames = e.open("", "?last_event_id=t4-1")
-	if f := next(t, frames); f.id != "t4-2" {
+	_, frames = e.open("", "?last_event_id=t4-1-0")
+	if f := next(t, frames); f.id != "t4-2-0" {
 		t.Fatalf("resumed by query: %q", f.id)
 	}
 	// An id ahead of the log (another database) is a reset, then the stream goes on from the newest.
-	_, frames = e.open("t99-0", "")
-	if f := next(t, frames); f.event != "reset" || f.id != "t4-2" {
+	_, frames = e.open("t99-0-0", "")
+	if f := next(t, frames); f.event != "reset" || f.id != "t4-2-0" {
 		t.Fatalf("ahead of the log: %+v", f)
 	}
 	e.log.add(ev(5, "mcp.server.recovered", "degraded", "healthy"))
-	if f := next(t, frames); f.id != "t5-2" {
+	if f := next(t, frames); f.id != "t5-2-0" {
 		t.Fatalf("after a reset: %q", f.id)
 	}
 	// An id of the numbering every tenant shared before is a reset too: its numbers mean nothing here.
 	_, frames = e.open("3-1", "")
-	if f := next(t, frames); f.event != "reset" || f.id != "t5-2" {
+	if f := next(t, frames); f.event != "reset" || f.id != "t5-2-0" {
 		t.Fatalf("an id of the old numbering: %+v", f)
 	}
 	// Garbage is refused.
@@ -369,7 +377,7 @@ func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
 			}
 		case <-deadline:
 			e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
-			if f := next(t, frames); f.id != "t1-0" {
+			if f := next(t, frames); f.id != "t1-0-0" {
 				t.Fatalf("after 1 s: %+v", f)
 			}
 			return
@@ -439,4 +447,41 @@ func TestEventStreamLimits(t *testing.T) {
 		resp, _, _ := e.openAs(b2, "", "")
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// A recorded tool change is an event of its own log: mcp.tool.changed with the skill, the tool and the
+// cause, numbered in the id's third part. An id of two parts (sent before tool changes were streamed)
+// resumes the tool changes from the first, since none of them was sent on it.
+func TestEventStreamToolChanges(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+	_, frames := e.open("t1-0-0", "")
+	e.log.add(toolChange(1, "endpoint"))
+	f := next(t, frames)
+	if f.id != "t1-0-1" {
+		t.Fatalf("id %q, want t1-0-1", f.id)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(f.data), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["kind"] != "mcp.tool.changed" || got["skill_id"] != "6f1d2c3e-0000-4000-8000-0000000000aa" || got["tool"] != "echo" ||
+		got["cause"] != "endpoint" || got["from"] != "enabled" || got["status"] != "disabled" {
+		t.Fatalf("tool change event %s", f.data)
+	}
+	e.log.add(toolChange(2, "definition"))
+	if f := next(t, frames); f.id != "t1-0-2" {
+		t.Fatalf("second change: %+v", f)
+	}
+	_, frames = e.open("t1-0", "")
+	for _, want := range []string{"t1-0-1", "t1-0-2"} {
+		if f := next(t, frames); f.id != want || f.event == "reset" {
+			t.Fatalf("resumed from a two-part id: %+v, want %s", f, want)
+		}
+	}
+	// Other events carry none of the tool change's members.
+	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
+	if f := next(t, frames); f.id != "t2-0-2" || strings.Contains(f.data, "skill_id") {
+		t.Fatalf("an audit event after tool changes: %+v", f)
+	}
 }

@@ -38,6 +38,7 @@ type Store interface {
 	ListServers(ctx context.Context, tenantID uuid.UUID, f persistence.ServerFilter) ([]persistence.Server, error)
 	ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([]persistence.Skill, error)
 	ListAudit(ctx context.Context, tenantID uuid.UUID, f persistence.AuditFilter) ([]persistence.AuditEvent, error)
+	ToolChanges(ctx context.Context, tenantID, skillID uuid.UUID, after int64, limit int) ([]persistence.ToolChange, error)
 	Ping(ctx context.Context) error
 }
 

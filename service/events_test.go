@@ -65,6 +65,9 @@ type sseEvent struct {
 		Kind     string `json:"kind"`
 		ServerID string `json:"server_id"`
 		Status   string `json:"status"`
+		SkillID  string `json:"skill_id"`
+		Tool     string `json:"tool"`
+		Cause    string `json:"cause"`
 	}
 	at time.Time
 }
@@ -215,7 +218,7 @@ func TestEventStreamsLiveAcrossTenants(t *testing.T) {
 	// sequence. Resumed from any of them, it sends exactly what followed.
 	for _, tn := range ts {
 		for i, e := range tn.got {
-			if want := sprintf("t%d-0", i+1); e.id != want {
+			if want := sprintf("t%d-0-0", i+1); e.id != want {
 				t.Fatalf("%s's event %d has id %q, want %q", tn.name, i, e.id, want)
 			}
 		}

@@ -3,11 +3,13 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/service"
@@ -420,5 +422,131 @@ func TestImportToolsPerServerLimit(t *testing.T) {
 	}
 	if obj := h.fetchServer(id); obj["tool_count"] != float64(3) {
 		t.Fatalf("tool_count after the refused import: %v", obj["tool_count"])
+	}
+}
+
+// toolChangeView is a change as GET /v1/mcp/skills/{id}/changes shows it.
+type toolChangeView struct {
+	ChangeID      string          `json:"change_id"`
+	Seq           int64           `json:"seq"`
+	SkillID       string          `json:"skill_id"`
+	Name          string          `json:"name"`
+	Source        string          `json:"source"`
+	Cause         string          `json:"cause"`
+	OldDefinition json.RawMessage `json:"old_definition"`
+	NewDefinition json.RawMessage `json:"new_definition"`
+	OldEndpoint   *string         `json:"old_endpoint"`
+	NewEndpoint   *string         `json:"new_endpoint"`
+	WasEnabled    bool            `json:"was_enabled"`
+	ChangedBy     *string         `json:"changed_by"`
+	TraceID       *string         `json:"trace_id"`
+}
+
+func (h *harness) toolChanges(key, skillID, query string) (response, []toolChangeView) {
+	h.t.Helper()
+	r := h.do("GET", "/v1/mcp/skills/"+skillID+"/changes"+query, key, nil)
+	var out struct {
+		Changes []toolChangeView `json:"changes"`
+	}
+	if r.status == http.StatusOK {
+		if err := json.Unmarshal(r.body, &out); err != nil || out.Changes == nil {
+			h.t.Fatalf("changes: %v: %s", err, r.body)
+		}
+	}
+	return r, out.Changes
+}
+
+// A skill's recorded changes are read with GET /v1/mcp/skills/{id}/changes (operators and admins, oldest
+// first, paginated by after/limit) and outlive the operator's approval; each is also an mcp.tool.changed
+// event of the stream. Module keys may not read them, another tenant's skill is unknown.
+func TestToolChangesAreReadable(t *testing.T) {
+	h := newHarness(t, withMCP, func(c *service.Config, _ *service.Options) { c.EventPollInterval = 100 * time.Millisecond })
+	events := h.openEvents(h.operatorKey(), "")
+	id := h.register("calendar", "list_events")
+	k := h.skillByName(id, "list_events")
+	enable := func() {
+		t.Helper()
+		if r := h.do("POST", "/v1/mcp/skills/"+k.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+			t.Fatalf("enable: %d %s", r.status, r.body)
+		}
+	}
+	enable()
+	body := registration("calendar", "list_events")
+	body["capability_advertisement"].(map[string]any)["tools"].([]map[string]any)[0]["description"] = "lists events and mails them out"
+	if r := h.do("POST", "/v1/mcp/servers/register", h.module(), body); r.status != http.StatusOK {
+		t.Fatalf("re-register: %d %s", r.status, r.body)
+	}
+	enable()
+	moved := mcptest.Modern(t).URL
+	body["endpoint"] = moved
+	if r := h.do("POST", "/v1/mcp/servers/register", h.module(), body); r.status != http.StatusOK {
+		t.Fatalf("re-register: %d %s", r.status, r.body)
+	}
+	enable() // approving clears the skill's pending change, not the history
+
+	r, changes := h.toolChanges(h.operatorKey(), k.SkillID, "")
+	if r.status != http.StatusOK || len(changes) != 2 {
+		t.Fatalf("changes: %d %s", r.status, r.body)
+	}
+	def, mv := changes[0], changes[1]
+	if def.Cause != "definition" || def.Source != "advertisement" || def.Name != "list_events" || !def.WasEnabled ||
+		!strings.Contains(string(def.OldDefinition), `"does list_events"`) || !strings.Contains(string(def.NewDefinition), "mails them out") ||
+		def.ChangedBy == nil || def.TraceID == nil || def.OldEndpoint != nil || def.NewEndpoint != nil {
+		t.Fatalf("definition change: %+v", def)
+	}
+	if mv.Cause != "endpoint" || mv.OldEndpoint != nil || mv.NewEndpoint == nil || *mv.NewEndpoint != moved || !mv.WasEnabled ||
+		string(mv.OldDefinition) != string(mv.NewDefinition) || mv.Seq <= def.Seq {
+		t.Fatalf("endpoint move: %+v", mv)
+	}
+	// Pages: limit, then after the last seq seen.
+	if _, page := h.toolChanges(h.adminKey(), k.SkillID, "?limit=1"); len(page) != 1 || page[0].ChangeID != def.ChangeID {
+		t.Fatalf("first page: %+v", page)
+	}
+	if _, page := h.toolChanges(h.adminKey(), k.SkillID, fmt.Sprintf("?after=%d&limit=1", def.Seq)); len(page) != 1 || page[0].ChangeID != mv.ChangeID {
+		t.Fatalf("second page: %+v", page)
+	}
+	if _, page := h.toolChanges(h.adminKey(), k.SkillID, fmt.Sprintf("?after=%d", mv.Seq)); len(page) != 0 {
+		t.Fatalf("after the last: %+v", page)
+	}
+	// fleetclient reads the same pages.
+	fc := fleetclient.New(h.svc.URL(), h.operatorKey())
+	if page, err := fc.ToolChanges(context.Background(), k.SkillID, fleetclient.ToolChangesOptions{After: def.Seq, Limit: 5}); err != nil ||
+		len(page) != 1 || page[0].ChangeID != mv.ChangeID || page[0].NewEndpoint == nil || *page[0].NewEndpoint != moved {
+		t.Fatalf("fleetclient: %+v %v", page, err)
+	}
+	// A skill without changes has none; bad input is a problem; a module key may not read; another
+	// tenant's skill is unknown.
+	other := h.skillByName(h.register("mail", "send"), "send")
+	if r, page := h.toolChanges(h.operatorKey(), other.SkillID, ""); r.status != http.StatusOK || len(page) != 0 {
+		t.Fatalf("a skill without changes: %d %s", r.status, r.body)
+	}
+	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes?limit=0", h.operatorKey(), nil), 400, "invalid_field")
+	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes?after=-1", h.operatorKey(), nil), 400, "invalid_field")
+	wantProblem(t, h.do("GET", "/v1/mcp/skills/not-a-uuid/changes", h.operatorKey(), nil), 400, "invalid_field")
+	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes", h.module(), nil), 403, "forbidden")
+	_, keysB := h.newTenant("other")
+	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes", keysB[persistence.RoleOperator], nil), 404, "not_found")
+
+	// The stream carried both changes, in order, naming the skill and the cause.
+	var causes []string
+	deadline := time.After(10 * time.Second)
+	for len(causes) < 2 {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			if e.data.Kind == "mcp.tool.changed" {
+				if e.data.SkillID != k.SkillID || e.data.Tool != "list_events" || e.data.Status != "disabled" {
+					t.Fatalf("tool change event %+v", e)
+				}
+				causes = append(causes, e.data.Cause)
+			}
+		case <-deadline:
+			t.Fatalf("tool change events seen: %v, want 2", causes)
+		}
+	}
+	if causes[0] != "definition" || causes[1] != "endpoint" {
+		t.Fatalf("tool change events %v", causes)
 	}
 }

@@ -192,7 +192,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 		}
 	}
 	if !strings.Contains(data, `"server_id":"`+id+`"`) || !strings.Contains(data, `"status":"succeeded"`) ||
-		!strings.Contains(data, `"from":"never_imported"`) || !strings.HasSuffix(id0, "-1") {
+		!strings.Contains(data, `"from":"never_imported"`) || !strings.HasSuffix(id0, "-1-0") {
 		t.Fatalf("import event id %q data %s", id0, data)
 	}
 

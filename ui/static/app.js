@@ -104,6 +104,7 @@
   function describe(e) {
     switch (e.kind) {
       case 'mcp.server.imported': return 'catalogue import ' + e.status;
+      case 'mcp.tool.changed': return 'tool ' + e.tool + (e.cause === 'endpoint' ? ' moved with its endpoint' : ' changed') + ', disabled until enabled again';
       case 'mcp.server.registered': return e.from ? 'registered again (' + label(e.from) + ' → ' + label(e.status) + ')' : 'registered (' + label(e.status) + ')';
       case 'mcp.server.deregistered': return 'deregistered';
     }
@@ -121,7 +122,7 @@
       logEl.insertBefore(li, logEl.firstChild);
       while (logEl.children.length > 20) { logEl.removeChild(logEl.lastChild); }
     }
-    if (e.kind === 'mcp.server.imported') { return; }
+    if (e.kind === 'mcp.server.imported' || e.kind === 'mcp.tool.changed') { return; }
     if (e.from !== e.status) {
       if (e.from) { bump(e.from, -1); } else { bump('total', 1); }
       bump(e.status, 1);
