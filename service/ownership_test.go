@@ -443,14 +443,14 @@ type toolChangeView struct {
 }
 
 func (h *harness) toolChanges(key, skillID, query string) (response, []toolChangeView) {
-	h.t.Helper()
+	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/skills/"+skillID+"/changes"+query, key, nil)
 	var out struct {
 		Changes []toolChangeView `json:"changes"`
 	}
 	if r.status == http.StatusOK {
 		if err := json.Unmarshal(r.body, &out); err != nil || out.Changes == nil {
-			h.t.Fatalf("changes: %v: %s", err, r.body)
+			h.T.Fatalf("changes: %v: %s", err, r.body)
 		}
 	}
 	return r, out.Changes
@@ -509,7 +509,7 @@ func TestToolChangesAreReadable(t *testing.T) {
 		t.Fatalf("after the last: %+v", page)
 	}
 	// fleetclient reads the same pages.
-	fc := fleetclient.New(h.svc.URL(), h.operatorKey())
+	fc := fleetclient.New(h.Svc.URL(), h.operatorKey())
 	if page, err := fc.ToolChanges(context.Background(), k.SkillID, fleetclient.ToolChangesOptions{After: def.Seq, Limit: 5}); err != nil ||
 		len(page) != 1 || page[0].ChangeID != mv.ChangeID || page[0].NewEndpoint == nil || *page[0].NewEndpoint != moved {
 		t.Fatalf("fleetclient: %+v %v", page, err)
@@ -524,7 +524,7 @@ func TestToolChangesAreReadable(t *testing.T) {
 	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes?after=-1", h.operatorKey(), nil), 400, "invalid_field")
 	wantProblem(t, h.do("GET", "/v1/mcp/skills/not-a-uuid/changes", h.operatorKey(), nil), 400, "invalid_field")
 	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes", h.module(), nil), 403, "forbidden")
-	_, keysB := h.newTenant("other")
+	_, keysB := h.NewTenant("other")
 	wantProblem(t, h.do("GET", "/v1/mcp/skills/"+k.SkillID+"/changes", keysB[persistence.RoleOperator], nil), 404, "not_found")
 
 	// The stream carried both changes, in order, naming the skill and the cause.
