@@ -425,28 +425,12 @@ func TestImportToolsPerServerLimit(t *testing.T) {
 	}
 }
 
-// toolChangeView is a change as GET /v1/mcp/skills/{id}/changes shows it.
-type toolChangeView struct {
-	ChangeID      string          `json:"change_id"`
-	Seq           int64           `json:"seq"`
-	SkillID       string          `json:"skill_id"`
-	Name          string          `json:"name"`
-	Source        string          `json:"source"`
-	Cause         string          `json:"cause"`
-	OldDefinition json.RawMessage `json:"old_definition"`
-	NewDefinition json.RawMessage `json:"new_definition"`
-	OldEndpoint   *string         `json:"old_endpoint"`
-	NewEndpoint   *string         `json:"new_endpoint"`
-	WasEnabled    bool            `json:"was_enabled"`
-	ChangedBy     *string         `json:"changed_by"`
-	TraceID       *string         `json:"trace_id"`
-}
-
-func (h *harness) toolChanges(key, skillID, query string) (response, []toolChangeView) {
+// toolChanges reads GET /v1/mcp/skills/{id}/changes, decoded as fleetclient's type.
+func (h *harness) toolChanges(key, skillID, query string) (response, []fleetclient.ToolChange) {
 	h.T.Helper()
 	r := h.do("GET", "/v1/mcp/skills/"+skillID+"/changes"+query, key, nil)
 	var out struct {
-		Changes []toolChangeView `json:"changes"`
+		Changes []fleetclient.ToolChange `json:"changes"`
 	}
 	if r.status == http.StatusOK {
 		if err := json.Unmarshal(r.body, &out); err != nil || out.Changes == nil {

@@ -85,11 +85,9 @@ var (
 	cloneSeq int // guarded by cloneMu
 )
 
-// New returns a new database migrated to the latest schema, dropped when tb ends. The first call of the
-// process also finds the server and migrates the template (see the package comment); its progress goes
-// to that test's log. New fails tb (or skips it, with -short, when no server is found) rather than
-// returning an error. It is safe for parallel tests.
-func New(tb testing.TB) *DB {
+// prepared makes sure the first use of the process has prepared the server and the template, and fails
+// tb (or skips it, with -short, when no server is found) if that did not work.
+func prepared(tb testing.TB) {
 	tb.Helper()
 	setupOnce.Do(func() { setup = prepare(tb) })
 	if setup.err != nil {
@@ -98,6 +96,15 @@ func New(tb testing.TB) *DB {
 		}
 		tb.Fatalf("pgtest: %v", setup.err)
 	}
+}
+
+// New returns a new database migrated to the latest schema, dropped when tb ends. The first call of the
+// process also finds the server and migrates the template (see the package comment); its progress goes
+// to that test's log. New fails tb (or skips it, with -short, when no server is found) rather than
+// returning an error. It is safe for parallel tests.
+func New(tb testing.TB) *DB {
+	tb.Helper()
+	prepared(tb)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -129,13 +136,7 @@ func New(tb testing.TB) *DB {
 // It is slower than New (it migrates instead of cloning).
 func NewAt(tb testing.TB, version int64) *DB {
 	tb.Helper()
-	setupOnce.Do(func() { setup = prepare(tb) })
-	if setup.err != nil {
-		if setup.noServer && testing.Short() {
-			tb.Skipf("pgtest: skipped under -short: %v", setup.err)
-		}
-		tb.Fatalf("pgtest: %v", setup.err)
-	}
+	prepared(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	cloneMu.Lock()
