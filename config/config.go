@@ -60,6 +60,7 @@ const (
 	DefaultAuthFailureRate        = 2.0     // MCPFLEET_AUTH_FAILURE_RATE, per second
 	DefaultAuthThrottledAddresses = 65_536  // MCPFLEET_AUTH_THROTTLED_ADDRESSES
 	DefaultListAdvertisementLimit = 100     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT
+	DefaultListPageBytes          = 8 << 20 // MCPFLEET_LIST_PAGE_BYTES: advertisement bytes of one list page
 
 	DefaultAuthLookupsPerAddress = 4               // MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS
 	DefaultAuthLookupWait        = 5 * time.Second // how long a request waits for its address's lookup slot

@@ -55,6 +55,10 @@ type Config struct {
 	// ListAdvertisementLimit is the largest page of GET /v1/mcp/servers that may include capability
 	// advertisements (?include=capability_advertisement); default config.DefaultListAdvertisementLimit.
 	ListAdvertisementLimit int
+	// ListPageBytes bounds the capability advertisements of one such page, in stored bytes: the page
+	// ends early, with a next_cursor, before the server that would cross it (the first server of a
+	// page is always in it); default config.DefaultListPageBytes.
+	ListPageBytes int
 	// MaxToolsPerServer caps the tools one registration may advertise (config.DefaultMaxToolsPerServer when
 	// zero); MaxAdvertisementBytes the size of its capability_advertisement (config.DefaultMaxAdvertisementBytes
 	// when zero). Past either the registration is refused whole, never trimmed.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -373,8 +374,9 @@ type serverListItemJSON struct {
 
 // listServers answers GET /v1/mcp/servers?status=&limit=&cursor=&include=, paginated by an opaque
 // cursor. Items carry capability_advertisement only with include=capability_advertisement, and then a
-// page holds at most ListAdvertisementLimit servers (400 page_too_large above it): an advertisement
-// may be large, a list of them larger.
+// page holds at most ListAdvertisementLimit servers (400 page_too_large above it) and at most
+// ListPageBytes of advertisements (the page ends early, next_cursor set): an advertisement may be
+// large, a list of them larger.
 func (s *Server) listServers(c *gin.Context) error {
 	p := principalOf(c)
 	f := persistence.ServerFilter{Limit: 100, WithoutAdvertisement: true}
@@ -412,7 +414,7 @@ func (s *Server) listServers(c *gin.Context) error {
 		}
 		copy(f.After[:], b)
 	}
-	servers, err := s.store.ListServers(c.Request.Context(), p.TenantID, f)
+	servers, more, err := s.listPage(c.Request.Context(), p.TenantID, f)
 	if err != nil {
 		return storeError(err)
 	}
@@ -428,11 +430,49 @@ func (s *Server) listServers(c *gin.Context) error {
 		}
 	}
 	next := ""
-	if len(servers) == f.Limit {
+	if more && len(servers) > 0 {
 		next = base64.RawURLEncoding.EncodeToString(servers[len(servers)-1].ServerID[:])
 	}
 	c.JSON(http.StatusOK, gin.H{"servers": out, "next_cursor": next})
 	return nil
+}
+
+// listChunk is how many servers with advertisements listPage reads at once: what it holds beyond the
+// page's byte budget is at most this many advertisements.
+const listChunk = 16
+
+// listPage reads a page of servers for f; more reports that a next page may hold servers (the page is
+// full, or it ended early at its byte budget). Without advertisements it is one query of f.Limit rows;
+// with them it reads listChunk rows at a time and stops before the server whose advertisement would
+// take the page past ListPageBytes, so neither the answer nor what is read for it grows with limit
+// times the largest advertisement.
+func (s *Server) listPage(ctx context.Context, tenantID uuid.UUID, f persistence.ServerFilter) (page []persistence.Server, more bool, err error) {
+	if f.WithoutAdvertisement {
+		page, err = s.store.ListServers(ctx, tenantID, f)
+		return page, len(page) == f.Limit, err
+	}
+	budget := config.Or(s.cfg.ListPageBytes, config.DefaultListPageBytes)
+	used := 0
+	chunk := f
+	for len(page) < f.Limit {
+		chunk.Limit = min(listChunk, f.Limit-len(page))
+		rows, err := s.store.ListServers(ctx, tenantID, chunk)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range rows {
+			n := len(r.CapabilityAdvertisement)
+			if len(page) > 0 && used+n > budget {
+				return page, true, nil
+			}
+			page, used = append(page, r), used+n
+		}
+		if len(rows) < chunk.Limit {
+			return page, false, nil
+		}
+		chunk.After = rows[len(rows)-1].ServerID
+	}
+	return page, true, nil
 }
 
 func (s *Server) getServer(c *gin.Context) error {

@@ -54,6 +54,7 @@ type Config struct {
 	AuthThrottledAddresses int     // MCPFLEET_AUTH_THROTTLED_ADDRESSES: addresses whose failures are remembered, default 65536
 	AuthLookupsPerAddress  int     // MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS: lookups of new keys one address has in flight at once, default 4
 	ListAdvertisementLimit int     // MCPFLEET_LIST_ADVERTISEMENT_LIMIT: largest list page with capability advertisements, default 100
+	ListPageBytes          int     // MCPFLEET_LIST_PAGE_BYTES: advertisement bytes of such a page, default 8 MiB
 
 	// MCP is the MCP endpoint for agents at /mcp (service/mcpendpoint.go).
 	MCP MCPConfig
@@ -180,11 +181,13 @@ func (c *Config) apiLimitsFromEnv(e *config.Env) {
 	c.AuthThrottledAddresses = e.Int("MCPFLEET_AUTH_THROTTLED_ADDRESSES", config.DefaultAuthThrottledAddresses, 16, 1e8)
 	c.AuthLookupsPerAddress = e.Int("MCPFLEET_AUTH_LOOKUPS_PER_ADDRESS", config.DefaultAuthLookupsPerAddress, 1, 1000)
 	c.ListAdvertisementLimit = e.Int("MCPFLEET_LIST_ADVERTISEMENT_LIMIT", config.DefaultListAdvertisementLimit, 1, 1000)
+	c.ListPageBytes = e.Int("MCPFLEET_LIST_PAGE_BYTES", config.DefaultListPageBytes, 64<<10, 1<<30)
 }
 
 // apiConfig narrows c into the API's configuration.
 func (c Config) apiConfig() httpapi.Config {
 	return httpapi.Config{HeartbeatInterval: c.HeartbeatInterval, ListAdvertisementLimit: c.ListAdvertisementLimit,
+		ListPageBytes: c.ListPageBytes,
 		Auth: httpapi.AuthConfig{KeyCacheSize: c.KeyCacheSize, FailureBurst: c.AuthFailureBurst, FailureRate: c.AuthFailureRate,
 			ThrottledAddresses: c.AuthThrottledAddresses, LookupsPerAddress: c.AuthLookupsPerAddress}, Events: c.eventStreamConfig(),
 		MaxToolsPerServer: c.MaxToolsPerServer, MaxAdvertisementBytes: c.MaxAdvertisementBytes}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -195,4 +196,85 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A list page with advertisements is bounded by bytes as well as by count: it ends early, with a
+// next_cursor, before the server that would take it past MCPFLEET_LIST_PAGE_BYTES, and paging on
+// returns every server exactly once.
+func TestListPagesWithAdvertisementsAreBoundedByBytes(t *testing.T) {
+	const budget = 400 << 10
+	h := newHarness(t, func(c *service.Config, _ *service.Options) { c.ListPageBytes = budget })
+	want := map[string]bool{}
+	for i := range 12 {
+		body := registration(fmt.Sprintf("big-%02d", i))
+		var tools []map[string]any
+		for j := range 20 { // 20 descriptions of 8000 bytes: about 160 KB stored a server
+			tools = append(tools, map[string]any{"name": fmt.Sprintf("tool_%d", j), "description": strings.Repeat("d", 8000),
+				"inputSchema": map[string]any{"type": "object"}})
+		}
+		body["capability_advertisement"] = map[string]any{"tools": tools}
+		r := h.do("POST", "/v1/mcp/servers/register", h.module(), body)
+		if r.status != http.StatusCreated {
+			t.Fatalf("register %d: %d %s", i, r.status, r.body)
+		}
+		want[r.json(t)["server_id"].(string)] = true
+	}
+	seen, pages, cursor := map[string]int{}, 0, ""
+	for {
+		r := h.do("GET", "/v1/mcp/servers?include=capability_advertisement&limit=100&cursor="+cursor, h.operatorKey(), nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("page %d: %d %s", pages, r.status, r.body)
+		}
+		if len(r.body) > budget+64<<10 {
+			t.Fatalf("page %d is %d bytes, past the budget of %d (and the non-advertisement fields)", pages, len(r.body), budget)
+		}
+		var page struct {
+			Servers []struct {
+				ServerID string          `json:"server_id"`
+				Caps     json.RawMessage `json:"capability_advertisement"`
+			} `json:"servers"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(page.Servers) == 0 && page.NextCursor != "" {
+			t.Fatalf("page %d is empty but has a next_cursor", pages)
+		}
+		for _, s := range page.Servers {
+			seen[s.ServerID]++
+			if len(s.Caps) < 160_000 {
+				t.Errorf("server %s listed with a %d-byte advertisement", s.ServerID, len(s.Caps))
+			}
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+		if pages > 20 {
+			t.Fatal("paging does not end")
+		}
+	}
+	if pages < 6 {
+		t.Errorf("12 advertisements of 160 KB in %d pages of 400 KiB, want at least 6", pages)
+	}
+	if len(seen) != len(want) {
+		t.Errorf("paging returned %d servers, want %d", len(seen), len(want))
+	}
+	for id, n := range seen {
+		if !want[id] || n != 1 {
+			t.Errorf("server %s returned %d times (registered here: %v)", id, n, want[id])
+		}
+	}
+	// The Go client pages on by itself.
+	n := 0
+	for _, err := range fleetclient.New(h.Svc.URL(), h.operatorKey()).AllServers(context.Background(), fleetclient.ListOptions{IncludeCapabilityAdvertisement: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != len(want) {
+		t.Errorf("fleetclient.AllServers with advertisements saw %d servers, want %d", n, len(want))
+	}
 }
