@@ -69,7 +69,9 @@ type callOutcome struct {
 // notifications) and execution. A cancelled ctx (notifications/cancelled, or the request's connection
 // closing on 2026-07-28) cancels the call at whatever stage it is, including in flight at the server.
 // The endpoint closing (the service stopping) ends the wait at once with a tool error naming the call,
-// which is left to the gateway as it is.
+// which is left to the gateway as it is: the SDK waits for its handlers before a session closes, so a
+// call waiting for approval must not hold the shutdown. (The session closes right after, so the client
+// may see the session end instead of that answer.)
 func (h *hub) call(ctx context.Context, req *mcp.CallToolRequest, greq gateway.Request, en *entry) (*mcp.CallToolResult, error) {
 	gw := h.e.deps.Gateway
 	ch := make(chan callOutcome, 1)

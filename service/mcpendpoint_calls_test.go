@@ -64,36 +64,38 @@ func TestMCPEndpointApprovalWait(t *testing.T) {
 	}
 }
 
-// TestMCPEndpointCloseAnswersWaitingCall: the endpoint closing (the service stopping) while a call awaits
-// approval answers it at once with a tool error naming the call, instead of holding the shutdown until
-// the approval window ends; the call is left to the gateway, still awaiting approval.
-func TestMCPEndpointCloseAnswersWaitingCall(t *testing.T) {
+// TestMCPEndpointCloseEndsWaitingCall: the endpoint closing (the service stopping) while a call awaits
+// approval does not wait for the approval window: Close returns, the client's call ends (with the
+// endpoint's "shutting down" tool error, or the session's end if that reaches the client first), and the
+// call is left to the gateway, still awaiting approval.
+func TestMCPEndpointCloseEndsWaitingCall(t *testing.T) {
 	h := newHarness(t, withMCPEndpoint(""))
 	h.gatewayServer("tools", mcptest.Tools(t).URL, true, "text")
 	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
-	done := make(chan *mcp.CallToolResult, 1)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
 	go func() {
 		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "text"})
-		if err != nil {
-			t.Errorf("call: %v", err)
-		}
-		done <- res
+		done <- answer{res, err}
 	}()
 	waitFor(t, "the call parked", 5*time.Second, func() bool { return len(h.listCalls("state=awaiting_approval")) == 1 })
 	closed := make(chan struct{})
 	go func() { h.Svc.MCPEndpoint().Close(); close(closed) }()
 	select {
-	case res := <-done:
-		if res == nil || !res.IsError || !strings.Contains(callText(t, res), "shutting down") {
-			t.Fatalf("answer on close: %+v", res)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting call was not answered when the endpoint closed")
-	}
-	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return")
+		t.Fatal("Close waited for the parked call")
+	}
+	select {
+	case a := <-done:
+		if a.err == nil && (!a.res.IsError || !strings.Contains(callText(t, a.res), "shutting down")) {
+			t.Fatalf("answer on close: %+v", a.res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call did not end when the endpoint closed")
 	}
 	if calls := h.listCalls("state=awaiting_approval"); len(calls) != 1 {
 		t.Fatalf("the call was not left awaiting approval: %+v", calls)
