@@ -111,8 +111,10 @@ func (s *Server) createCall(c *gin.Context) error {
 		if req.ServerID, err = parseUUIDField("server_id", body.ServerID); err != nil {
 			return err
 		}
-		if len(body.Tool) > 128 {
-			return badRequest("invalid_field", "tool", "tool must be at most 128 characters")
+		if len(body.Tool) > maxToolName || !toolNameRE.MatchString(body.Tool) {
+			// No other name is in the registry (registration and import hold tools to it), and a name
+			// with a NUL could not even be looked up.
+			return badRequest("invalid_field", "tool", fmt.Sprintf("tool must be 1 to %d letters, digits, '_', '.' or '-', as every tool name in the registry is", maxToolName))
 		}
 		req.Tool = body.Tool
 	}

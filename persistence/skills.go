@@ -23,9 +23,10 @@ type Skill struct {
 	OrphanedAt  *time.Time
 	UpdatedAt   time.Time
 	Annotations json.RawMessage // nil when the tool declares none
-	// ChangedAt is set when a re-registration or a re-import changed the tool's definition (which
-	// disabled it); PreviousDefinition is the definition before that change ({description,
-	// input_schema, annotations}). Both are cleared when an operator enables the tool again.
+	// ChangedAt is set when a re-registration or a re-import changed the tool's definition, or a
+	// registration moved its server's endpoint (which disabled it); PreviousDefinition is the definition
+	// before that change ({description, input_schema, annotations}, with "endpoint", the endpoint it was
+	// approved with, after a move). Both are cleared when an operator enables the tool again.
 	ChangedAt          *time.Time
 	PreviousDefinition json.RawMessage
 }

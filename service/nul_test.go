@@ -11,8 +11,8 @@ import (
 
 // A NUL character (U+0000) cannot be stored by PostgreSQL (text, jsonb), so it must never reach a
 // statement from the far side or from a caller. Against a real Go SDK server that sends NULs:
-// call arguments with a NUL are refused with 400 invalid_arguments (problem+json) and the server is not
-// asked; an answer with a NUL is recorded with U+FFFD in its place (the call ends, it is not left
+// call arguments with a NUL are refused with 400 invalid_arguments (problem+json), and a tool name with
+// one with 400 invalid_field, and the server is not asked; an answer with a NUL is recorded with U+FFFD in its place (the call ends, it is not left
 // running); an imported tool whose definition holds a NUL is skipped with its reason, the rest imported.
 func TestNULFromCallersAndServers(t *testing.T) {
 	h := newHarness(t, withGateway(5*time.Second, 2))
@@ -55,6 +55,8 @@ func TestNULFromCallersAndServers(t *testing.T) {
 	if d, _ := p["detail"].(string); !strings.Contains(d, "NUL") {
 		t.Fatalf("detail %q does not name the NUL", d)
 	}
+	byName := map[string]any{"run_id": "run-nul", "server_id": id, "tool": "ec\x00ho"}
+	wantProblem(t, h.postCall(byName), http.StatusBadRequest, "invalid_field")
 	if n := srv.Calls("echo"); n != 0 {
 		t.Fatalf("the server was asked %d times with refused arguments", n)
 	}
