@@ -46,7 +46,7 @@ import (
 
 // Store is what the endpoint reads and writes.
 type Store interface {
-	EndpointTools(ctx context.Context, tenantID uuid.UUID) ([]persistence.EndpointTool, error)
+	EndpointTools(ctx context.Context, tenantID uuid.UUID, transitionsSince time.Time) ([]persistence.EndpointTool, error)
 	AssignToolNames(ctx context.Context, tenantID uuid.UUID, names map[uuid.UUID]string, at time.Time) error
 }
 
@@ -85,6 +85,11 @@ type Config struct {
 	ListHold time.Duration
 	// MonitorPeriod is the health monitor's period, the default hold; default 5 s.
 	MonitorPeriod time.Duration
+	// FlapWindow and FlapThreshold are the flap detector's (MCPFLEET_FLAP_WINDOW, MCPFLEET_FLAP_THRESHOLD):
+	// in Hide mode a server with FlapThreshold status transitions within the last FlapWindow is flapping
+	// and its tools stay off the list; defaults config.DefaultFlapWindow and config.DefaultFlapThreshold.
+	FlapWindow    time.Duration
+	FlapThreshold int
 	// RetryAfter is what a call to a tool of an unhealthy server is told to wait; default the gateway's.
 	RetryAfter time.Duration
 	// PollInterval is how often each tenant's tools are read; default 250 ms, so an operator's change

@@ -83,7 +83,11 @@ func (h *hub) run() {
 // sync reads the tenant's tools, names the new ones and applies the listing to the SDK server: one
 // burst of changes, which the SDK sends as one list_changed.
 func (h *hub) sync(ctx context.Context) error {
-	rows, err := h.e.deps.Store.EndpointTools(ctx, h.tenant)
+	var flapSince time.Time // Hide mode counts each server's transitions in the flapping window
+	if h.e.cfg.Unavailable == Hide {
+		flapSince = h.e.deps.Clock.Now().Add(-h.e.cfg.FlapWindow)
+	}
+	rows, err := h.e.deps.Store.EndpointTools(ctx, h.tenant, flapSince)
 	if err != nil {
 		return err
 	}
@@ -102,7 +106,7 @@ func (h *hub) sync(ctx context.Context) error {
 		if err := h.e.deps.Store.AssignToolNames(ctx, h.tenant, names, time.Now().UTC()); err != nil {
 			return err
 		}
-		if rows, err = h.e.deps.Store.EndpointTools(ctx, h.tenant); err != nil {
+		if rows, err = h.e.deps.Store.EndpointTools(ctx, h.tenant, flapSince); err != nil {
 			return err
 		}
 	}
@@ -123,9 +127,10 @@ func (h *hub) sync(ctx context.Context) error {
 		if s, err := toolschema.Normalize(r.Skill.InputSchema); err == nil {
 			en.schema = s
 		}
-		alive := true
+		alive, flapping := true, false
 		if h.e.cfg.Unavailable == Hide {
-			alive = h.holds.observe(r.Skill.ServerID, r.Status, r.StatusSince, now)
+			flapping = r.Transitions >= h.e.cfg.FlapThreshold
+			alive = h.holds.observe(r.Skill.ServerID, r.Status, r.StatusSince, flapping, now)
 		}
 		switch {
 		case r.Skill.OrphanedAt != nil:
@@ -136,6 +141,9 @@ func (h *hub) sync(ctx context.Context) error {
 			en.why = fmt.Sprintf("server %q is disabled: an administrator must enable it", r.ModuleName)
 		case en.schema == nil:
 			en.why = fmt.Sprintf("tool %q of server %q has an input schema outside the supported subset", r.Skill.Name, r.ModuleName)
+		case !alive && flapping:
+			en.why = fmt.Sprintf("server %q is flapping (%d status changes in the last %s), so its tools are off the list until it is stable: fewer than %d changes in that window, then healthy for %s",
+				r.ModuleName, r.Transitions, h.e.cfg.FlapWindow, h.e.cfg.FlapThreshold, h.e.cfg.ListHold)
 		case !alive:
 			en.why = fmt.Sprintf("server %q is %s, so its tools are off the list until it has been healthy for %s", r.ModuleName, r.Status, h.e.cfg.ListHold)
 		default:

@@ -32,9 +32,11 @@ type holdState struct {
 
 // holds decides, in Hide mode, which servers' tools are listed. A server's tools leave the list once it
 // has been down (unhealthy or deregistered) for hold without interruption, and come back once it has been
-// up (healthy or degraded) for hold without interruption; a server that flaps — comes up and goes down
-// again within hold — therefore stays out until it stays up for a whole hold. A server seen for the first
-// time is listed unless it is down and has been for hold.
+// up (healthy or degraded) for hold without interruption; a server that comes up and goes down again
+// within hold therefore stays out until it stays up for a whole hold. A server the flap detector marks
+// as flapping leaves the list at once and stays out while it is marked, whatever its status; once it is
+// no longer marked it comes back when it has been up for hold. A server seen for the first time is
+// listed unless it is flapping, or down and has been for hold.
 //
 // It is not safe for concurrent use.
 type holds struct {
@@ -47,9 +49,9 @@ func newHolds(hold time.Duration) *holds {
 }
 
 // observe records that server id is in status st at now (changed: when it entered that class of status,
-// if known — the audit log's time, so a change seen late is timed right) and returns whether its tools
-// are listed.
-func (h *holds) observe(id uuid.UUID, st health.Status, changed *time.Time, now time.Time) bool {
+// if known — the audit log's time, so a change seen late is timed right) and whether it is flapping, and
+// returns whether its tools are listed.
+func (h *holds) observe(id uuid.UUID, st health.Status, changed *time.Time, flapping bool, now time.Time) bool {
 	isDown := down(st)
 	since := now
 	if changed != nil && !changed.After(now) {
@@ -57,11 +59,15 @@ func (h *holds) observe(id uuid.UUID, st health.Status, changed *time.Time, now 
 	}
 	s, ok := h.state[id]
 	if !ok {
-		s = &holdState{listed: !isDown || now.Sub(since) < h.hold, down: isDown, since: since}
+		s = &holdState{listed: !flapping && (!isDown || now.Sub(since) < h.hold), down: isDown, since: since}
 		h.state[id] = s
 	}
 	if s.down != isDown {
 		s.down, s.since = isDown, since
+	}
+	if flapping {
+		s.listed = false
+		return false
 	}
 	if s.listed == s.down && now.Sub(s.since) >= h.hold {
 		s.listed = !s.down

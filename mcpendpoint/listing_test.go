@@ -71,34 +71,49 @@ func TestHolds(t *testing.T) {
 	id := uuid.New()
 	h := newHolds(5 * time.Second)
 	steps := []struct {
-		now     int
-		st      health.Status
-		changed *time.Time
-		listed  bool
+		now      int
+		st       health.Status
+		changed  *time.Time
+		flapping bool
+		listed   bool
 	}{
-		{0, health.Healthy, nil, true},
-		{1, health.Unhealthy, ptr(at(1)), true},   // down, hold not yet over
-		{5, health.Unhealthy, ptr(at(1)), true},   // 4 s
-		{6, health.Unhealthy, ptr(at(1)), false},  // 5 s: off the list
-		{7, health.Healthy, ptr(at(7)), false},    // up again
-		{9, health.Unhealthy, ptr(at(9)), false},  // flapping: down within the hold
-		{10, health.Degraded, ptr(at(10)), false}, // up
-		{14, health.Healthy, ptr(at(10)), false},  // 4 s up
-		{15, health.Healthy, ptr(at(10)), true},   // a whole hold up: back
-		{16, health.Deregistered, ptr(at(16)), true},
-		{21, health.Deregistered, ptr(at(16)), false},
+		{0, health.Healthy, nil, false, true},
+		{1, health.Unhealthy, ptr(at(1)), false, true},   // down, hold not yet over
+		{5, health.Unhealthy, ptr(at(1)), false, true},   // 4 s
+		{6, health.Unhealthy, ptr(at(1)), false, false},  // 5 s: off the list
+		{7, health.Healthy, ptr(at(7)), false, false},    // up again
+		{9, health.Unhealthy, ptr(at(9)), false, false},  // down within the hold
+		{10, health.Degraded, ptr(at(10)), false, false}, // up
+		{14, health.Healthy, ptr(at(10)), false, false},  // 4 s up
+		{15, health.Healthy, ptr(at(10)), false, true},   // a whole hold up: back
+		{16, health.Deregistered, ptr(at(16)), false, true},
+		{21, health.Deregistered, ptr(at(16)), false, false},
+		{22, health.Healthy, ptr(at(22)), false, false},
+		{27, health.Healthy, ptr(at(22)), false, true},
+		// The flap detector marks it: off at once, whatever its status, and out while marked.
+		{28, health.Healthy, ptr(at(22)), true, false},
+		{29, health.Unhealthy, ptr(at(29)), true, false},
+		{40, health.Healthy, ptr(at(30)), true, false}, // up for longer than the hold, still marked
+		{41, health.Healthy, ptr(at(30)), false, true}, // no longer marked, up for a hold: back
+		{42, health.Unhealthy, ptr(at(42)), true, false},
+		{60, health.Healthy, ptr(at(58)), false, false}, // unmarked, but up for 2 s only
+		{63, health.Healthy, ptr(at(58)), false, true},
 	}
 	for _, s := range steps {
-		if got := h.observe(id, s.st, s.changed, at(s.now)); got != s.listed {
-			t.Fatalf("t=%d %s: listed %v, want %v", s.now, s.st, got, s.listed)
+		if got := h.observe(id, s.st, s.changed, s.flapping, at(s.now)); got != s.listed {
+			t.Fatalf("t=%d %s flapping=%v: listed %v, want %v", s.now, s.st, s.flapping, got, s.listed)
 		}
 	}
-	// A server first seen down for longer than the hold is not listed; one just gone down is.
-	if h.observe(uuid.New(), health.Unhealthy, ptr(at(0)), at(30)) {
+	// A server first seen down for longer than the hold is not listed; one just gone down is; one first
+	// seen flapping is not.
+	if h.observe(uuid.New(), health.Unhealthy, ptr(at(0)), false, at(30)) {
 		t.Error("a long-dead server was listed")
 	}
-	if !h.observe(uuid.New(), health.Unhealthy, ptr(at(29)), at(30)) {
+	if !h.observe(uuid.New(), health.Unhealthy, ptr(at(29)), false, at(30)) {
 		t.Error("a server down for 1 s was hidden")
+	}
+	if h.observe(uuid.New(), health.Healthy, ptr(at(0)), true, at(30)) {
+		t.Error("a flapping server was listed")
 	}
 }
 

@@ -56,6 +56,7 @@ func (s *Service) newMCPEndpoint(cfg Config, opt Options, log *slog.Logger) *mcp
 	}
 	return mcpendpoint.New(mcpendpoint.Config{
 		Unavailable: cfg.MCP.Unavailable, ListHold: cfg.MCP.ListHold, MonitorPeriod: cfg.MonitorInterval,
+		FlapWindow: cfg.FlapWindow, FlapThreshold: cfg.FlapThreshold,
 		RetryAfter: cfg.HeartbeatInterval, PollInterval: cfg.MCP.PollInterval, AllowedHosts: hosts,
 		MaxSessionsPerKey: cfg.MCP.MaxSessionsPerKey, MaxStreamsPerKey: cfg.MCP.MaxStreamsPerKey,
 	}, mcpendpoint.Deps{

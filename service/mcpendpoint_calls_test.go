@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
+	"github.com/mcpfleet/mcpfleet/service"
 )
 
 // TestMCPEndpointApprovalWait: a call of a server that requires approval waits, sending progress, until an
@@ -285,9 +286,11 @@ func TestMCPEndpointDeregisteredKeep(t *testing.T) {
 }
 
 // TestMCPEndpointUnavailableHide: in hide mode a silent server's tools leave the list after the hold
-// (one list_changed), a flapping server stays out while it flaps, and comes back after a whole hold up.
+// (one list_changed), a server that comes up and fails again within the hold stays out, and comes back
+// after a whole hold up.
 func TestMCPEndpointUnavailableHide(t *testing.T) {
-	h := newHarness(t, withMCPEndpoint("hide"))
+	// The flap detector would mark this server (4 transitions); this test is about the hold alone.
+	h := newHarness(t, withMCPEndpoint("hide"), func(c *service.Config, _ *service.Options) { c.FlapThreshold = 1000 })
 	srv := mcptest.Tools(t)
 	id, _ := h.gatewayServer("tools", srv.URL, false, "text")
 	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
@@ -319,6 +322,74 @@ func TestMCPEndpointUnavailableHide(t *testing.T) {
 	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) {
 		t.Fatalf("not back: %v", got)
 	}
+}
+
+// TestMCPEndpointHideFlapping: in hide mode a server the flap detector marks as flapping (MCPFLEET_FLAP_THRESHOLD
+// status transitions within MCPFLEET_FLAP_WINDOW) stays off the list while it is marked, even healthy
+// for far longer than the hold, and comes back once its transitions age out of the window. Each change
+// of the list is exactly one list_changed, to a session and to a 2026-07-28 subscription alike; the
+// flapping itself sends none.
+func TestMCPEndpointHideFlapping(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint("hide"), func(c *service.Config, _ *service.Options) {
+		c.FlapWindow, c.FlapThreshold = 2*time.Minute, 4
+	})
+	id, _ := h.gatewayServer("tools", mcptest.Tools(t).URL, false, "text")
+	sessions := []*mcpSession{h.mustConnectMCP(h.adminKey(), legacyMCP), h.mustConnectMCP(h.adminKey(), modernMCP)}
+	s := sessions[0]
+	changes := func(n int64, want []string, what string) {
+		t.Helper()
+		for _, ss := range sessions {
+			waitChanges(t, ss, n, what)
+			if got := toolNames(t, ss); !slices.Equal(got, want) {
+				t.Fatalf("%s: tools %v, want %v", what, got, want)
+			}
+		}
+	}
+	exactly := func(n int64, what string) {
+		t.Helper()
+		for _, ss := range sessions {
+			if got := ss.changes.Load(); got != n {
+				t.Fatalf("%s: %d list_changed, want exactly %d", what, got, n)
+			}
+		}
+	}
+	whyNotListed := func() string {
+		res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"})
+		if err != nil || !res.IsError {
+			t.Fatalf("call of a hidden tool: %v %+v", err, res)
+		}
+		return callText(t, res)
+	}
+	h.silence(id) // transition 1
+	h.advance(5 * time.Second)
+	changes(1, nil, "down for a hold")
+	h.heartbeatOK(id) // 2
+	h.advance(5 * time.Second)
+	changes(2, []string{"text"}, "up for a hold")
+	h.silence(id) // 3
+	h.advance(5 * time.Second)
+	changes(3, nil, "down for a hold again")
+	h.heartbeatOK(id) // 4: flapping
+	waitFor(t, "the server seen flapping", 5*time.Second, func() bool { return strings.Contains(whyNotListed(), "flapping") })
+	// Healthy for 11 holds, heartbeating: still marked, still out, and no list_changed.
+	for range 11 {
+		h.advance(5 * time.Second)
+		h.heartbeatOK(id)
+	}
+	if why := whyNotListed(); !strings.Contains(why, "flapping") {
+		t.Fatalf("not flapping any more too soon: %q", why)
+	}
+	exactly(3, "while flapping")
+	// The first transitions age out of the window: fewer than 4 in it, healthy for long: back, once.
+	for range 10 {
+		h.advance(5 * time.Second)
+		h.heartbeatOK(id)
+	}
+	changes(4, []string{"text"}, "stable again")
+	if res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "text"}); err != nil || res.IsError {
+		t.Fatalf("call once stable: %v %+v", err, res)
+	}
+	exactly(4, "after coming back")
 }
 
 // silence lets server id miss three heartbeats and runs the monitor: it is unhealthy, committed.
