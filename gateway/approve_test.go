@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/mcpclient"
@@ -27,6 +28,8 @@ type memStore struct {
 	calls       map[uuid.UUID]persistence.Call
 	target      persistence.CallTarget
 	transitions []persistence.CallTransition
+	// refuse, if set, may refuse a transition with an error before it is applied.
+	refuse func(persistence.CallTransition) error
 }
 
 func (s *memStore) GetCall(_ context.Context, _, id uuid.UUID) (persistence.Call, error) {
@@ -55,6 +58,11 @@ func (s *memStore) StartCall(_ context.Context, _, id uuid.UUID, at time.Time) (
 func (s *memStore) TransitionCall(_ context.Context, _ uuid.UUID, t persistence.CallTransition) (persistence.Call, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuse != nil {
+		if err := s.refuse(t); err != nil {
+			return persistence.Call{}, err
+		}
+	}
 	c, ok := s.calls[t.CallID]
 	switch {
 	case !ok:
@@ -191,5 +199,28 @@ func TestApproveAfterTheWindow(t *testing.T) {
 	}
 	if caller.count() != 0 {
 		t.Fatal("an expired call was sent")
+	}
+}
+
+// An outcome the database refuses for good (here: a character it cannot store, SQLSTATE 22P05) does not
+// leave the call running: it is recorded as failed (outcome_unrecordable) without the answer, once, and
+// the call was sent once.
+func TestUnrecordableOutcomeEndsTheCall(t *testing.T) {
+	g, store, caller, _, c := parkedGateway(t, uuid.New())
+	store.refuse = func(tr persistence.CallTransition) error {
+		if tr.State == persistence.CallSucceeded {
+			return fmt.Errorf("transition call: %w", &pgconn.PgError{Code: "22P05", Message: "unsupported Unicode escape sequence"})
+		}
+		return nil
+	}
+	got, err := g.Approve(context.Background(), c.TenantID, c.CallID, uuid.New())
+	if err != nil || got.State != persistence.CallFailed || got.OutcomeClass != "outcome_unrecordable" || got.Result == nil || !got.Result.IsError {
+		t.Fatalf("approve: %v %+v", err, got)
+	}
+	if stored, _ := store.GetCall(context.Background(), c.TenantID, c.CallID); stored.State != persistence.CallFailed {
+		t.Fatalf("the call as stored is %s", stored.State)
+	}
+	if caller.count() != 1 {
+		t.Fatalf("sent %d times", caller.count())
 	}
 }

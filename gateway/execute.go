@@ -162,14 +162,19 @@ func (g *Gateway) execute(ctx context.Context, call persistence.Call, t persiste
 
 // finish records how the running call ended, retrying a transient failure for a few seconds. The
 // transition only applies to a running call, so a retry after a commit whose answer was lost writes
-// nothing twice.
+// nothing twice. An outcome the database refuses for good (a value it cannot store) is replaced, once, by
+// a failed one without the answer (outcome_unrecordable), so the call ends instead of staying running.
 func (g *Gateway) finish(ctx context.Context, call persistence.Call, o outcome) persistence.Call {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	tr := persistence.CallTransition{
-		CallID: call.CallID, From: persistence.CallRunning, State: o.state, OutcomeClass: o.class, Reason: o.reason,
-		Result: &o.result, LatencyMS: o.latencyMS, At: g.now(), Kind: o.kind,
+	transition := func(o outcome) persistence.CallTransition {
+		return persistence.CallTransition{
+			CallID: call.CallID, From: persistence.CallRunning, State: o.state, OutcomeClass: o.class, Reason: o.reason,
+			Result: &o.result, LatencyMS: o.latencyMS, At: g.now(), Kind: o.kind,
+		}
 	}
+	tr := transition(o)
+	replaced := false
 	for attempt := 0; ; attempt++ {
 		done, err := g.store.TransitionCall(wctx, call.TenantID, tr)
 		if err == nil {
@@ -181,6 +186,17 @@ func (g *Gateway) finish(ctx context.Context, call persistence.Call, o outcome) 
 			if c, gerr := g.store.GetCall(wctx, call.TenantID, call.CallID); gerr == nil {
 				return c
 			}
+		}
+		if !replaced && !persistence.IsTransient(err) && !errors.Is(err, persistence.ErrConflict) {
+			g.log.ErrorContext(ctx, "the outcome of a call cannot be stored; recording the call as failed without it",
+				"call_id", call.CallID, "state", o.state, "outcome_class", o.class, "err", err)
+			latency := o.latencyMS
+			o = failed(call, "outcome_unrecordable", "the call ended ("+o.class+"), but the service could not store its outcome, "+
+				"so what the server answered, if anything, is lost; the call is never re-sent")
+			o.latencyMS = latency
+			tr, replaced = transition(o), true
+			attempt = -1
+			continue
 		}
 		if !persistence.IsTransient(err) || attempt >= 4 || wctx.Err() != nil {
 			g.log.ErrorContext(ctx, "the outcome of a call could not be recorded; it stays running until the next start marks it interrupted",
