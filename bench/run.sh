@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# make bench: start mcpfleet as its own process on a fresh database and drive it with mcpfleet-load.
+# make bench: start mcpfleet as its own process on a fresh database and drive it with mcpfleet-load, then
+# measure the MCP endpoint (/mcp) with bench/mcpbench against another fresh service; its section of the
+# report (between the mcp-bench markers) is replaced, the rest is mcpfleet-load's.
+# BENCH_MODE: all (default), load (mcpfleet-load only) or mcp (the /mcp step only). The /mcp step's knobs:
+# BENCH_MCP_SERVERS (200), BENCH_MCP_TOOLS (20), BENCH_MCP_SESSIONS (1000), BENCH_MCP_EXTRA (more flags).
 # Knobs (environment): BENCH_N (modules, default 100000), BENCH_H (heartbeat interval, 10s),
 # BENCH_DURATION (steady phase, 60s), BENCH_PORT (18181), BENCH_PG (superuser base URL of a PostgreSQL
 # server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_EXTRA (more
@@ -16,27 +20,76 @@ DB=mcpfleet_bench
 mkdir -p .data
 ulimit -n 65536 2>/dev/null || true
 
-psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
-export MCPFLEET_ADMIN_DATABASE_URL="$PG/$DB"
-bin/mcpfleet migrate >/dev/null
+MODE=${BENCH_MODE:-all}
 field() { sed -E "s/.*\"$1\":\"([^\"]+)\".*/\1/"; }
-TENANT=$(bin/mcpfleet tenant create --name bench | field tenant_id)
-MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
-READ_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
 
-APP_URL="postgres://cyberos_app@${PG#postgres://*@}/$DB"
-MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL="$H" MCPFLEET_MONITOR_INTERVAL="${MCPFLEET_MONITOR_INTERVAL:-$(awk -v h="$H" 'BEGIN{print (h=="10s")?"5s":"500ms"}')}" \
-	MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
-	bin/mcpfleet serve 2>.data/bench-serve.log &
-PID=$!
-trap 'kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-	curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
-	kill -0 $PID 2>/dev/null || { echo "bench: the service exited; see .data/bench-serve.log" >&2; cat .data/bench-serve.log >&2; exit 1; }
-	sleep 0.1
-done
-echo "bench: service pid $PID on :$PORT, $N modules, H=$H, steady $DURATION" >&2
-# shellcheck disable=SC2086
-bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
-	--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" ${BENCH_EXTRA:-}
-echo "bench: report written to $REPORT" >&2
+# fresh_db NAME: a new database NAME, migrated; sets TENANT and the APP_URL to serve it with.
+fresh_db() {
+	psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" -c "CREATE DATABASE $1" >/dev/null
+	export MCPFLEET_ADMIN_DATABASE_URL="$PG/$1"
+	bin/mcpfleet migrate >/dev/null
+	TENANT=$(bin/mcpfleet tenant create --name bench | field tenant_id)
+	APP_URL="postgres://cyberos_app@${PG#postgres://*@}/$1"
+}
+
+# wait_ready: wait for the service at $PORT (pid $PID) to be ready.
+wait_ready() {
+	for _ in $(seq 1 100); do
+		curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return 0
+		kill -0 $PID 2>/dev/null || { echo "bench: the service exited; see $1" >&2; cat "$1" >&2; exit 1; }
+		sleep 0.1
+	done
+}
+
+PID=
+trap 'if [ -n "$PID" ]; then kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; fi' EXIT
+
+if [ "$MODE" = all ] || [ "$MODE" = load ]; then
+	fresh_db $DB
+	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
+	READ_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
+	MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL="$H" MCPFLEET_MONITOR_INTERVAL="${MCPFLEET_MONITOR_INTERVAL:-$(awk -v h="$H" 'BEGIN{print (h=="10s")?"5s":"500ms"}')}" \
+		MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
+		bin/mcpfleet serve 2>.data/bench-serve.log &
+	PID=$!
+	wait_ready .data/bench-serve.log
+	echo "bench: service pid $PID on :$PORT, $N modules, H=$H, steady $DURATION" >&2
+	# shellcheck disable=SC2086
+	bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
+		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" ${BENCH_EXTRA:-}
+	echo "bench: report written to $REPORT" >&2
+	kill -TERM $PID 2>/dev/null || true
+	wait $PID 2>/dev/null || true
+	PID=
+fi
+
+if [ "$MODE" = all ] || [ "$MODE" = mcp ]; then
+	go build -o bin/mcpfleet-mcpbench ./bench/mcpbench
+	fresh_db ${DB}_mcp
+	ADMIN_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role admin | field api_key)
+	OPERATOR_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
+	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
+	SESSIONS=${BENCH_MCP_SESSIONS:-1000}
+	# One key holds every session of the fan-out, so the per-key limits are raised for the bench.
+	MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
+		MCPFLEET_ENDPOINT_ALLOWLIST=127.0.0.1 MCPFLEET_SECRET_KEY="${MCPFLEET_SECRET_KEY:-$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}" \
+		MCPFLEET_MCP_SESSIONS_PER_KEY=$((SESSIONS + 10)) MCPFLEET_MCP_STREAMS_PER_KEY=$((2 * SESSIONS + 64)) \
+		MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" bin/mcpfleet serve 2>.data/bench-mcp-serve.log &
+	PID=$!
+	wait_ready .data/bench-mcp-serve.log
+	echo "bench: /mcp step against service pid $PID on :$PORT" >&2
+	SECTION=.data/bench-mcp-section.md
+	# shellcheck disable=SC2086
+	bin/mcpfleet-mcpbench -base-url "http://127.0.0.1:$PORT" -admin-key "$ADMIN_KEY" -operator-key "$OPERATOR_KEY" \
+		-module-key "$MODULE_KEY" -servers "${BENCH_MCP_SERVERS:-200}" -tools "${BENCH_MCP_TOOLS:-20}" -sessions "$SESSIONS" \
+		-service-pid "$PID" -out "$SECTION" ${BENCH_MCP_EXTRA:-}
+	# Replace the report's /mcp section (or append it).
+	touch "$REPORT"
+	awk -v section="$SECTION" '
+		/^<!-- mcp-bench:start -->$/ { skip = 1; next }
+		/^<!-- mcp-bench:end -->$/ { skip = 0; next }
+		!skip { print }' "$REPORT" >"$REPORT.tmp"
+	{ cat "$REPORT.tmp"; echo; echo "<!-- mcp-bench:start -->"; cat "$SECTION"; echo "<!-- mcp-bench:end -->"; } >"$REPORT"
+	rm -f "$REPORT.tmp"
+	echo "bench: /mcp section written to $REPORT" >&2
+fi
