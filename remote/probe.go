@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,6 +38,8 @@ type prober struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	waiting atomic.Int64 // probes waiting for a slot
 
 	mu       sync.Mutex
 	inflight map[uuid.UUID]bool
@@ -87,6 +90,10 @@ func (s *Service) Stop(ctx context.Context) error {
 func (s *Service) RunProbes(ctx context.Context) error {
 	return s.probes.round(ctx, 0)
 }
+
+// ProbesWaiting returns how many probes are waiting for one of the ProbeConcurrency slots (none of
+// them has contacted its server yet).
+func (s *Service) ProbesWaiting() int { return int(s.probes.waiting.Load()) }
 
 func (p *prober) loop() {
 	interval := p.s.cfg.ProbeInterval
@@ -170,9 +177,12 @@ func (p *prober) probeAfter(ctx context.Context, t persistence.ProbeTarget, dela
 			return
 		}
 	}
+	p.waiting.Add(1)
 	select {
 	case p.slots <- struct{}{}:
+		p.waiting.Add(-1)
 	case <-ctx.Done():
+		p.waiting.Add(-1)
 		return
 	}
 	defer func() { <-p.slots }()

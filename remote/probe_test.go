@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
@@ -68,10 +69,12 @@ func targets(n int, endpoint string) []persistence.ProbeTarget {
 	return out
 }
 
-// Probes are bounded: never more than ProbeConcurrency handshakes at once, and every target is probed.
+// Probes are bounded: never more than ProbeConcurrency handshakes at once — with the first three held
+// at the server, the other nine wait for a slot, unsent — and every target is probed.
 func TestProbesAreBounded(t *testing.T) {
 	modern := mcptest.Modern(t)
 	var inflight, peak atomic.Int32
+	release := make(chan struct{})
 	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inflight.Add(1)
 		defer inflight.Add(-1)
@@ -81,11 +84,14 @@ func TestProbesAreBounded(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-release // held until the test saw the bound reached
 		r.URL.Path = "/mcp"
 		proxy(modern.URL, w, r)
 	}))
 	t.Cleanup(gate.Close)
+	var opened sync.Once
+	unblock := func() { opened.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before gate.Close: a failed test must not leave the server holding requests
 	store := &fakeStore{targets: targets(12, gate.URL+"/mcp"), contacts: map[uuid.UUID]int{}}
 	fleet := &fakeFleet{evidence: map[uuid.UUID]int{}}
 	s := remote.New(remote.Config{AllowHosts: []string{"127.0.0.1"}, ProbeConcurrency: 3, ProbeInterval: time.Second},
@@ -93,11 +99,17 @@ func TestProbesAreBounded(t *testing.T) {
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.RunProbes(ctx); err != nil {
+	ran := make(chan error, 1)
+	go func() { ran <- s.RunProbes(ctx) }()
+	wait.For(t, "three probes at the server and nine waiting for a slot", 10*time.Second, func() bool {
+		return inflight.Load() == 3 && s.ProbesWaiting() == 9
+	})
+	unblock()
+	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	if p := peak.Load(); p > 3 || p < 2 {
-		t.Errorf("peak concurrent probe requests = %d, want at most 3 (and some overlap)", p)
+	if p := peak.Load(); p != 3 {
+		t.Errorf("peak concurrent probe requests = %d, want 3", p)
 	}
 	for _, tg := range store.targets {
 		id := tg.Config.ServerID
