@@ -86,6 +86,23 @@ func TestServerLimitDoesNotFailTheGroup(t *testing.T) {
 	if nA != 3 || nB != 3 {
 		t.Fatalf("servers: tenant A %d (want 3), tenant B %d (want 3)", nA, nB)
 	}
+	// Two new servers of one tenant in one batch, with one place left: the first takes it, the second
+	// sees it taken (the count is the transaction's own) and is refused.
+	c := d.newTenant("third")
+	for _, m := range []string{"c1", "c2"} {
+		if errs := d.store.Commit(ctx, []persistence.Command{reg(c, m)}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	cLast, cOver := reg(c, "c3"), reg(c, "c4")
+	before = batches.n.Load()
+	errs = d.store.Commit(ctx, []persistence.Command{cLast, cOver})
+	if errs[0] != nil || !cLast.Created || !errors.Is(errs[1], persistence.ErrServerLimit) {
+		t.Fatalf("the last place: %v, created %v", errs, cLast.Created)
+	}
+	if n := batches.n.Load() - before; n != 1 {
+		t.Errorf("the last place took %d batches, want 1", n)
+	}
 	// The refused commands alone, outside a group, are refused the same way.
 	if errs := d.store.Commit(ctx, []persistence.Command{reg(a, "a4")}); !errors.Is(errs[0], persistence.ErrServerLimit) {
 		t.Fatalf("alone: %v", errs[0])
