@@ -116,6 +116,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *removeServer:
 		f.remove(ctx, msg)
+	case *shardFenced:
+		f.fenced(ctx, msg)
 	case *actor.Stopping:
 		f.stopping = true
 	case *actor.Terminated:

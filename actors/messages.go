@@ -157,6 +157,7 @@ type stampMsg struct {
 type cascadeMsg struct {
 	tenantID  uuid.UUID
 	serverID  uuid.UUID
+	fence     persistence.Fence
 	available bool
 	trace     telemetry.Carrier
 }

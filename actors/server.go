@@ -48,6 +48,7 @@ type serverDeps struct {
 	skills       *actor.PID
 	alerts       *actor.PID
 	stall        *lifecycle.Stall
+	own          *ownership // the shards this node holds, and their fences
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -167,8 +168,13 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 		done(ctx, fmt.Errorf("%w: the caller's deadline passed before the write could start", ErrUnavailable))
 		return
 	}
+	fence, held := a.deps.own.fence(a.rec.id)
+	if !held {
+		done(ctx, errNotHeld(fence.Shard))
+		return
+	}
 	a.busy = true
-	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: deadline, trace: trc}, time.Until(deadline)+2*time.Second)
+	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc}, time.Until(deadline)+2*time.Second)
 	ctx.ReenterAfter(fut, func(res any, err error) {
 		if err == nil {
 			if wr, ok := res.(*writeResult); ok {
@@ -177,6 +183,9 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 				err = fmt.Errorf("writer answered %T", res)
 			}
 		}
+		if errors.Is(err, persistence.ErrFenced) && fence.Fenced() {
+			ctx.Send(ctx.Parent(), &shardFenced{fence: fence})
+		}
 		if err != nil || cascade == nil {
 			done(ctx, err)
 			a.idle(ctx)
@@ -184,7 +193,7 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 		}
 		// The transition is committed: its caller must be answered before it gives up (deadline + 2 s), so
 		// the cascade is waited for until deadline + 1 s at most; a slower cascade is repaired by reconciliation.
-		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, available: *cascade, trace: trc},
+		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, fence: fence, available: *cascade, trace: trc},
 			max(time.Until(deadline)+time.Second, 100*time.Millisecond))
 		ctx.ReenterAfter(cfut, func(res any, cerr error) {
 			if cerr == nil {
@@ -268,7 +277,9 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		if wall.After(rec.row.LastHeartbeatAt) {
 			rec.row.LastHeartbeatAt = wall
 		}
-		ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall}, trace: hbc})
+		if fence, held := a.deps.own.fence(rec.id); held { // not held: the actor is being stopped (shardFenced)
+			ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall, Fence: fence}, trace: hbc})
+		}
 		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 		hb.End()
 		return
@@ -466,10 +477,11 @@ func (a *serverActor) transitionAttrs(from, to health.Status) []attribute.KeyVal
 	return append(a.attrs(), attribute.String("mcpfleet.status.from", string(from)), attribute.String("mcpfleet.status.to", string(to)))
 }
 
-// mapWriteErr turns a writer failure into what the caller is told: transient failures are
+// mapWriteErr turns a writer failure into what the caller is told: transient and fenced failures are
 // ErrUnavailable (503, retry), anything else is returned wrapped.
 func mapWriteErr(err error) error {
-	if errors.Is(err, ErrUnavailable) || persistence.IsTransient(err) {
+	// Fenced: the server belongs to another process now; the caller retries (elsewhere, behind a balancer).
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, persistence.ErrFenced) || persistence.IsTransient(err) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err

@@ -100,6 +100,7 @@ func (s *skillsActor) flush(ctx actor.Context) {
 			cmds = append(cmds, cmd)
 		}
 		cmd.ServerIDs = append(cmd.ServerIDs, w.msg.serverID)
+		cmd.Fences = append(cmd.Fences, w.msg.fence)
 		for j, c := range cmds {
 			if c == cmd {
 				index[i] = j

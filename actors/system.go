@@ -25,6 +25,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -84,6 +85,11 @@ type Deps struct {
 	OnEvent    func(string) // optional observer of supervision events (restarts, respawns)
 	// Metrics, if not nil, records the actors' metrics (and counts OnEvent's restarts and respawns).
 	Metrics *telemetry.Metrics
+	// Fences are the shards this node claimed (persistence.Store.ClaimShards) before Start: every durable
+	// write of a server is sent under its shard's fence, and a write PostgreSQL refuses (persistence.ErrFenced:
+	// another process claimed the shard since) makes the fleet give the shard up and stop its servers'
+	// actors. Single-node mode claims every shard. Empty: no fencing (tests on a store of their own).
+	Fences []persistence.Fence
 
 	// Test hooks: observeSystem is handed the actor system as soon as it exists; spawnFails names an
 	// actor whose spawn fails.
@@ -106,6 +112,7 @@ type Fleet struct {
 	timers   []func()
 	readyAt  time.Time
 	servers  int
+	own      *ownership
 	metrics  *telemetry.Metrics
 
 	stopOnce sync.Once // Stop runs once; a concurrent call waits for it
@@ -155,7 +162,12 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 	if deps.observeSystem != nil {
 		deps.observeSystem(system)
 	}
-	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics}
+	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics, own: &ownership{}}
+	if len(deps.Fences) > 0 {
+		f.own.claimed(deps.Fences)
+	} else {
+		f.own.owned.Store(1<<shard.Count - 1)
+	}
 	defer func() {
 		if err != nil {
 			f.abort()
@@ -254,7 +266,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &lifecycle.Stall{},
+		stall: &lifecycle.Stall{}, own: f.own,
 	}
 	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent))
 	return err
@@ -389,6 +401,9 @@ func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg
 	}
 	if lres.(*lookupReply).known {
 		return nil, fmt.Errorf("%w: server actor restarting", ErrUnavailable)
+	}
+	if !f.own.ownsServer(serverID) {
+		return nil, fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
 	}
 	return nil, ErrNotFound
 }

@@ -27,6 +27,9 @@ type Fence struct {
 // Fenced reports whether f checks anything (a non-zero epoch).
 func (f Fence) Fenced() bool { return f.Epoch != 0 }
 
+// ClaimLockTimeout bounds how long ClaimShard waits for the writes in flight under the old epoch.
+const ClaimLockTimeout = 10 * time.Second
+
 // ShardOwner is a row of shard_owners: who holds a shard, under which epoch, since when. A shard nobody has
 // claimed, or that was released, has Node "".
 type ShardOwner struct {
@@ -40,8 +43,11 @@ type ShardOwner struct {
 // (who should own a shard is the membership's decision, not the database's): it bumps the epoch, so every
 // write still carrying an older one — the previous owner's, or this node's own previous claim's — is
 // refused from the moment the claim commits, with ErrFenced. The claim waits for writes that passed the
-// fence under the old epoch to commit (they hold the shard's row FOR SHARE); it claims one shard per
-// transaction, so it can never deadlock with a group commit that fences several shards.
+// fence under the old epoch to commit (they hold the shard's row FOR SHARE), at most ClaimLockTimeout: a
+// transaction left open by a process that is paused (SIGSTOP) holds the row until its connection dies,
+// and the claim then fails rather than hang (it is not transient; the caller decides when to try again).
+// It claims one shard per transaction, so it can never deadlock with a group commit that fences several
+// shards.
 func (s *Store) ClaimShard(ctx context.Context, sh int, node string) (int64, error) {
 	if sh < 0 || sh >= shard.Count {
 		return 0, fmt.Errorf("claim shard %d: out of range [0, %d)", sh, shard.Count)
@@ -50,8 +56,13 @@ func (s *Store) ClaimShard(ctx context.Context, sh int, node string) (int64, err
 		return 0, fmt.Errorf("claim shard %d: empty node name", sh)
 	}
 	var epoch int64
-	err := s.pool.QueryRow(ctx, `UPDATE shard_owners SET node = $2, epoch = epoch + 1, claimed_at = now()
-		WHERE shard = $1 RETURNING epoch`, sh, node).Scan(&epoch)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ClaimLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `UPDATE shard_owners SET node = $2, epoch = epoch + 1, claimed_at = now()
+			WHERE shard = $1 RETURNING epoch`, sh, node).Scan(&epoch)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("claim shard %d: %w", sh, translate(err))
 	}

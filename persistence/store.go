@@ -42,6 +42,10 @@ type Options struct {
 	// AppName prefixes the application_name reported to the server; each Store adds "#<random>" so
 	// that WaitForPredecessors can tell its own sessions from an earlier process's.
 	AppName string
+	// Node names this process as the maker of tool calls (mcp_calls.node): InterruptRunning leaves the
+	// running calls of this node and of live nodes (TouchNode) alone. "" is a node of no name: its calls
+	// look like a previous process's to everyone.
+	Node string
 	// MaxServersPerTenant caps how many servers (of any status) one tenant may have; a registration or
 	// configuration that would create one more is refused with ErrServerLimit. 0: no limit.
 	MaxServersPerTenant int
@@ -53,6 +57,7 @@ type Store struct {
 	appName    string       // the full application_name of this store's sessions; "" when none was asked for
 	spans      trace.Tracer // nil: Commit starts no spans
 	maxServers int          // Options.MaxServersPerTenant
+	node       string       // Options.Node
 }
 
 // Open connects a pool to databaseURL. It does not check the role; see CheckRuntimeRole.
@@ -86,7 +91,7 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{pool: pool, appName: appName, spans: opt.Spans, maxServers: opt.MaxServersPerTenant}, nil
+	return &Store{pool: pool, appName: appName, spans: opt.Spans, maxServers: opt.MaxServersPerTenant, node: opt.Node}, nil
 }
 
 // redactParseError keeps a URL parse error from echoing a password.

@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/gateway"
@@ -20,6 +23,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/mcpendpoint"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
+	"github.com/mcpfleet/mcpfleet/shard"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -41,6 +45,7 @@ type Options struct {
 // Service is a running mcpfleet.
 type Service struct {
 	cfg     Config
+	node    string // this process's name as a shard owner (see nodeName)
 	log     *slog.Logger
 	store   *persistence.Store
 	fleet   *actors.Fleet
@@ -71,7 +76,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	}
 	cfg = cfg.withLimitDefaults()
 	log := newLogger(cfg, opt)
-	s := &Service{cfg: cfg, log: log, served: make(chan error, 1)}
+	s := &Service{cfg: cfg, log: log, served: make(chan error, 1), node: nodeName()}
 	defer func() {
 		if err != nil {
 			s.release(ctx)
@@ -85,7 +90,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := s.startMetrics(); err != nil {
 		return nil, err
 	}
-	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Tracer: s.pgxTracer(opt),
+	s.store, err = persistence.Open(ctx, cfg.DatabaseURL, persistence.Options{MaxConns: cfg.DBMaxConns, AppName: "mcpfleet", Node: s.node, Tracer: s.pgxTracer(opt),
 		Spans: s.tracing.Tracer, MaxServersPerTenant: cfg.MaxServersPerTenant})
 	if err != nil {
 		return nil, err
@@ -99,7 +104,14 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	} else if n > 0 {
 		log.Warn("a previous process's sessions are still open after 10s; loading the fleet anyway", "sessions", n)
 	}
-	if s.fleet, err = s.startFleet(ctx, cfg, opt); err != nil {
+	// Single-node mode owns every shard: claiming them fences a previous process on this database that is
+	// still running (paused by SIGSTOP and resumed, or started twice by mistake) — its writes are refused
+	// from now on, and its fleet stops the servers' actors.
+	fences, err := s.store.ClaimShards(ctx, shard.All(), s.node)
+	if err != nil {
+		return nil, fmt.Errorf("claim the shards: %w", err)
+	}
+	if s.fleet, err = s.startFleet(ctx, cfg, opt, fences); err != nil {
 		return nil, err
 	}
 	s.remote = s.newRemote(ctx, cfg, log)
@@ -155,13 +167,13 @@ func newLogger(cfg Config, opt Options) *slog.Logger {
 }
 
 // startFleet starts the actor system on the open store.
-func (s *Service) startFleet(ctx context.Context, cfg Config, opt Options) (*actors.Fleet, error) {
+func (s *Service) startFleet(ctx context.Context, cfg Config, opt Options, fences []persistence.Fence) (*actors.Fleet, error) {
 	return actors.Start(ctx, actors.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, MonitorInterval: cfg.MonitorInterval, ManualMonitor: opt.ManualMonitor, StampFlushInterval: cfg.StampFlushInterval,
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
 		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
 		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
-	}, s.store, actors.Deps{Clock: opt.Clock, Log: s.log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics})
+	}, s.store, actors.Deps{Clock: opt.Clock, Log: s.log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics, Fences: fences})
 }
 
 // releaseTimeout bounds the release of a service whose Start failed.
@@ -177,6 +189,19 @@ func (s *Service) release(ctx context.Context) {
 		s.log.Warn("releasing a service that failed to start", "err", err)
 	}
 }
+
+// nodeName names this process as the owner of shards and the maker of tool calls: host, pid and a random
+// suffix, so two processes (or a restart) never share a name.
+func nodeName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
+}
+
+// Node is this process's name as a shard owner.
+func (s *Service) Node() string { return s.node }
 
 // Addr is the address the API listens on.
 func (s *Service) Addr() string { return s.ln.Addr().String() }
