@@ -26,7 +26,8 @@ const EventIDHeader = "X-Mcpfleet-Event-Id"
 
 // alertsActor delivers unhealthy alerts (TASK-OBS-007) from the outbox to the webhook, at least once:
 // a row is marked delivered only after a 2xx answer, and a failed attempt is retried with exponential
-// backoff (1 s doubling to 5 min). It sweeps on every alertQueued nudge and on its own tick, so alerts
+// backoff (1 s doubling to 5 min). Each row is claimed before it is delivered (persistence.Store.ClaimAlerts),
+// so several dispatchers on one database (nodes of a cluster) never deliver the same row concurrently. It sweeps on every alertQueued nudge and on its own tick, so alerts
 // written before a crash are delivered after the restart.
 type alertsActor struct {
 	store    alertStore
@@ -46,9 +47,9 @@ type flushAlerts struct{}
 
 type alertStore interface {
 	TenantIDs(ctx context.Context) ([]uuid.UUID, error)
-	PendingAlerts(ctx context.Context, tenantID uuid.UUID, now time.Time, limit int) ([]persistence.Alert, error)
-	MarkAlertDelivered(ctx context.Context, tenantID, eventID uuid.UUID, attempts int, at time.Time) error
-	MarkAlertFailed(ctx context.Context, tenantID, eventID uuid.UUID, attempts int, next time.Time, reason string) error
+	ClaimAlerts(ctx context.Context, tenantID uuid.UUID, now time.Time, limit int) ([]persistence.Alert, error)
+	MarkAlertDelivered(ctx context.Context, al persistence.Alert, attempts int, at time.Time) (bool, error)
+	MarkAlertFailed(ctx context.Context, al persistence.Alert, attempts int, next time.Time, reason string) (bool, error)
 }
 
 type alertTick struct{}
@@ -122,26 +123,41 @@ func (a *alertsActor) sweep(ctx context.Context) error {
 		return err
 	}
 	for _, t := range tenants {
-		alerts, err := a.store.PendingAlerts(ctx, t, time.Now(), 100)
-		if err != nil {
-			return err
-		}
-		for _, al := range alerts {
-			attempts := al.Attempts + 1
-			if derr := a.deliver(ctx, al, attempts); derr != nil {
-				backoff := min(time.Duration(1<<min(attempts-1, 9))*time.Second, 5*time.Minute)
-				a.log.WarnContext(eventContext(ctx, al), "alert delivery failed", "event_id", al.EventID, "attempt", attempts, "retry_in", backoff.String(), "err", derr)
-				if err := a.store.MarkAlertFailed(ctx, t, al.EventID, attempts, time.Now().Add(backoff), derr.Error()); err != nil {
-					return err
-				}
-				continue
+		// One alert claimed at a time: its lease (persistence.AlertLease) covers one delivery, and no other
+		// deliverer sharing the database claims it meanwhile. A row failed in this sweep is due again only
+		// after its backoff, so the loop ends.
+		for {
+			alerts, err := a.store.ClaimAlerts(ctx, t, time.Now(), 1)
+			if err != nil {
+				return err
 			}
-			if err := a.store.MarkAlertDelivered(ctx, t, al.EventID, attempts, time.Now()); err != nil {
+			if len(alerts) == 0 {
+				break
+			}
+			if err := a.deliverClaimed(ctx, alerts[0]); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// deliverClaimed delivers one claimed alert and records the outcome under its claim.
+func (a *alertsActor) deliverClaimed(ctx context.Context, al persistence.Alert) error {
+	attempts := al.Attempts + 1
+	var mine bool
+	var err error
+	if derr := a.deliver(ctx, al, attempts); derr != nil {
+		backoff := min(time.Duration(1<<min(attempts-1, 9))*time.Second, 5*time.Minute)
+		a.log.WarnContext(eventContext(ctx, al), "alert delivery failed", "event_id", al.EventID, "attempt", attempts, "retry_in", backoff.String(), "err", derr)
+		mine, err = a.store.MarkAlertFailed(ctx, al, attempts, time.Now().Add(backoff), derr.Error())
+	} else {
+		mine, err = a.store.MarkAlertDelivered(ctx, al, attempts, time.Now())
+	}
+	if err == nil && !mine {
+		a.log.WarnContext(eventContext(ctx, al), "alert claim expired before its outcome was recorded; another deliverer has it", "event_id", al.EventID)
+	}
+	return err
 }
 
 func (a *alertsActor) deliver(ctx context.Context, al persistence.Alert, attempt int) (err error) {

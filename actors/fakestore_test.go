@@ -146,16 +146,16 @@ func (s *fakeStore) ReconcileSkills(context.Context, uuid.UUID) (int64, error) {
 	return 0, s.reconcileErr
 }
 
-func (s *fakeStore) PendingAlerts(context.Context, uuid.UUID, time.Time, int) ([]persistence.Alert, error) {
+func (s *fakeStore) ClaimAlerts(context.Context, uuid.UUID, time.Time, int) ([]persistence.Alert, error) {
 	return nil, nil
 }
 
-func (s *fakeStore) MarkAlertDelivered(context.Context, uuid.UUID, uuid.UUID, int, time.Time) error {
-	return nil
+func (s *fakeStore) MarkAlertDelivered(context.Context, persistence.Alert, int, time.Time) (bool, error) {
+	return true, nil
 }
 
-func (s *fakeStore) MarkAlertFailed(context.Context, uuid.UUID, uuid.UUID, int, time.Time, string) error {
-	return nil
+func (s *fakeStore) MarkAlertFailed(context.Context, persistence.Alert, int, time.Time, string) (bool, error) {
+	return true, nil
 }
 
 func (s *fakeStore) LoadServers(_ context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error {

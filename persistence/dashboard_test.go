@@ -25,6 +25,7 @@ type dash struct {
 	owner  *pgxpool.Pool
 	admin  *persistence.Admin
 	tenant uuid.UUID
+	db     *pgtest.DB
 }
 
 func newDash(t *testing.T) *dash {
@@ -47,7 +48,7 @@ func newDashWith(t *testing.T, opt persistence.Options) *dash {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	d := &dash{t: t, store: store, app: db.AppPool(t), owner: db.AdminPool(t), admin: admin}
+	d := &dash{t: t, store: store, app: db.AppPool(t), owner: db.AdminPool(t), admin: admin, db: db}
 	d.tenant = d.newTenant("acme")
 	return d
 }
