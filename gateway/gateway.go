@@ -213,25 +213,34 @@ func (g *Gateway) now() time.Time { return g.clock.Now().UTC().Truncate(time.Mic
 
 // Start fails every call a previous process left running (outcome interrupted: it may or may not have
 // reached the server, and it is never re-sent) and expires the approval windows that closed. Call it once,
-// before serving; StartSweeping starts the periodic expiry.
+// before serving; StartSweeping starts the periodic expiry. Only calls of a node that is gone are touched
+// (persistence.Store.InterruptRunning): in a cluster, the running calls of the other live nodes are theirs.
 func (g *Gateway) Start(ctx context.Context) error {
+	if err := g.interruptGone(ctx); err != nil {
+		return fmt.Errorf("gateway start: %w", err)
+	}
+	if err := g.ExpireApprovals(ctx); err != nil {
+		return fmt.Errorf("gateway start: %w", err)
+	}
+	return nil
+}
+
+// interruptGone fails the running calls of the nodes that are gone, in every tenant.
+func (g *Gateway) interruptGone(ctx context.Context) error {
 	tenants, err := g.store.TenantIDs(ctx)
 	if err != nil {
-		return fmt.Errorf("gateway start: %w", err)
+		return err
 	}
 	now := g.now()
 	for _, t := range tenants {
 		n, err := g.store.InterruptRunning(ctx, t, now, interruptedResult)
 		if err != nil {
-			return fmt.Errorf("gateway start: %w", err)
+			return err
 		}
 		if n > 0 {
-			g.log.WarnContext(ctx, "calls left running by a previous process were marked interrupted; none is re-sent",
+			g.log.WarnContext(ctx, "calls left running by a process that is gone were marked interrupted; none is re-sent",
 				"tenant_id", t, "calls", n)
 		}
-	}
-	if err := g.ExpireApprovals(ctx); err != nil {
-		return fmt.Errorf("gateway start: %w", err)
 	}
 	return nil
 }
@@ -259,6 +268,10 @@ func (g *Gateway) sweep() {
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.SweepInterval)
 			if err := g.ExpireApprovals(ctx); err != nil {
 				g.log.Warn("approval windows not checked; retrying at the next sweep", "err", err)
+			}
+			// A cluster node that died leaves its running calls to the others, once its lease is over.
+			if err := g.interruptGone(ctx); err != nil {
+				g.log.Warn("running calls of gone nodes not checked; retrying at the next sweep", "err", err)
 			}
 			cancel()
 		}

@@ -333,12 +333,12 @@ func (s *Store) CreateCall(ctx context.Context, c Call, defaultBudget int) (Call
 	err := s.InTenant(ctx, c.TenantID, func(tx pgx.Tx) error {
 		var id uuid.UUID
 		err := tx.QueryRow(ctx, `INSERT INTO mcp_calls (call_id, tenant_id, run_id, server_id, skill_id, tool, arguments,
-				idempotency_key, state, requested_by, created_at, approval_expires_at)
-			SELECT $1, tenant_id, $2, server_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM mcp_servers WHERE server_id = $3
+				idempotency_key, state, requested_by, created_at, approval_expires_at, node)
+			SELECT $1, tenant_id, $2, server_id, $4, $5, $6, $7, $8, $9, $10, $11, nullif($12, '') FROM mcp_servers WHERE server_id = $3
 			ON CONFLICT (tenant_id, run_id, idempotency_key) DO NOTHING
 			RETURNING call_id`,
 			c.CallID, c.RunID, c.ServerID, c.SkillID, c.Tool, args, key, c.State, c.RequestedBy, c.CreatedAt,
-			c.ApprovalExpiresAt).Scan(&id)
+			c.ApprovalExpiresAt, s.node).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if c.IdempotencyKey == "" {
 				return ErrNotFound
@@ -436,7 +436,8 @@ func (s *Store) TransitionCall(ctx context.Context, tenantID uuid.UUID, t CallTr
 					result_content = $5, result_is_error = $6, result_dropped = $7, result_truncated = $8,
 					latency_ms = $9, decided_by = coalesce($10, decided_by),
 					decided_at = CASE WHEN $10::uuid IS NULL THEN decided_at ELSE $11 END,
-					finished_at = CASE WHEN $2 IN ('succeeded','failed','denied','cancelled') THEN $11 ELSE finished_at END
+					finished_at = CASE WHEN $2 IN ('succeeded','failed','denied','cancelled') THEN $11 ELSE finished_at END,
+					node = CASE WHEN $2 = 'running' THEN nullif($16, '') ELSE node END
 				WHERE call_id = $1 AND state = $12
 				  AND ($13::timestamptz IS NULL OR approval_expires_at > $13)
 				  AND ($14::timestamptz IS NULL OR approval_expires_at <= $14)
@@ -447,7 +448,7 @@ func (s *Store) TransitionCall(ctx context.Context, tenantID uuid.UUID, t CallTr
 			)
 			SELECT `+callColumns+` FROM upd c JOIN mcp_servers m ON m.server_id = c.server_id`,
 			t.CallID, t.State, t.OutcomeClass, t.Reason, content, isError, dropped, truncated, t.LatencyMS, t.DecidedBy,
-			t.At, t.From, t.NotExpiredAt, t.ExpiredAt, t.Kind))
+			t.At, t.From, t.NotExpiredAt, t.ExpiredAt, t.Kind, s.node))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := getCall(ctx, tx, t.CallID); err != nil {
 				return err
@@ -517,14 +518,21 @@ func (s *Store) ExpireApprovals(ctx context.Context, tenantID uuid.UUID, now tim
 	return out, nil
 }
 
-// InterruptRunning fails every call of tenantID found running — calls a previous process was making when
-// it stopped — with outcome interrupted, the failed tool result res makes of each, and records call.failed
-// for each. Nothing is re-sent. It returns how many calls it failed.
+// InterruptRunning fails every call of tenantID found running by a node that is gone — calls a previous
+// process was making when it stopped — with outcome interrupted, the failed tool result res makes of each,
+// and records call.failed for each. Nothing is re-sent. It returns how many calls it failed.
+//
+// A call is made by the node of the store that created or approved it (Options.Node, in mcp_calls.node).
+// The node is gone unless it is this store's own or was seen within NodeLease (TouchNode, by PostgreSQL's
+// clock). Single-node mode never calls TouchNode, so every earlier process's running calls are
+// interrupted at start, as before; a cluster node touches its row, so its calls are left to it.
 func (s *Store) InterruptRunning(ctx context.Context, tenantID uuid.UUID, now time.Time, res func(Call) (reason string, r CallResult)) (int, error) {
 	var running []Call
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+callColumns+` FROM mcp_calls c JOIN mcp_servers m ON m.server_id = c.server_id
-			WHERE c.state = 'running'`)
+			WHERE c.state = 'running' AND (c.node IS NULL OR c.node <> $1)
+			  AND NOT EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.node = c.node AND n.seen_at >= now() - $2::interval)`,
+			s.node, NodeLease)
 		if err != nil {
 			return err
 		}

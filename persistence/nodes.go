@@ -1,0 +1,63 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NodeLease is how long a node counts as live after its last TouchNode: a cluster node touches its row
+// well within it (every NodeLease/3 or more often). Past it the node is gone, and another node's sweep
+// interrupts its running tool calls (InterruptRunning).
+const NodeLease = 30 * time.Second
+
+// ClusterNode is a row of cluster_nodes.
+type ClusterNode struct {
+	Node      string
+	StartedAt time.Time
+	SeenAt    time.Time
+}
+
+// TouchNode records that node is alive now (PostgreSQL's clock), creating its row on the first call with
+// startedAt. Only cluster mode calls it; see InterruptRunning.
+func (s *Store) TouchNode(ctx context.Context, node string, startedAt time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO cluster_nodes (node, started_at, seen_at) VALUES ($1, $2, now())
+		ON CONFLICT (node) DO UPDATE SET seen_at = now()`, node, startedAt)
+	if err != nil {
+		return fmt.Errorf("touch node: %w", translate(err))
+	}
+	return nil
+}
+
+// LeaveNode deletes node's row: a node leaving gracefully (its calls were finished or interrupted by its
+// own gateway's Stop) is gone at once rather than after NodeLease.
+func (s *Store) LeaveNode(ctx context.Context, node string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE node = $1`, node); err != nil {
+		return fmt.Errorf("leave node: %w", err)
+	}
+	return nil
+}
+
+// ClusterNodes returns the nodes seen within NodeLease, by name, and forgets (deletes) those not seen for
+// ten leases.
+func (s *Store) ClusterNodes(ctx context.Context) ([]ClusterNode, error) {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE seen_at < now() - 10 * $1::interval`, NodeLease); err != nil {
+		return nil, fmt.Errorf("cluster nodes: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT node, started_at, seen_at FROM cluster_nodes
+		WHERE seen_at >= now() - $1::interval ORDER BY node`, NodeLease)
+	if err != nil {
+		return nil, fmt.Errorf("cluster nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClusterNode, error) {
+		var n ClusterNode
+		err := r.Scan(&n.Node, &n.StartedAt, &n.SeenAt)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster nodes: %w", err)
+	}
+	return out, nil
+}
