@@ -25,9 +25,9 @@ func TestSecondProcessFencesTheFirst(t *testing.T) {
 		}
 	})
 	id := h.register("calendar", "lookup")
-	first := h.svc
+	first := h.Svc
 
-	second, err := service.Start(context.Background(), h.cfg, service.Options{Clock: h.clock, ManualMonitor: true})
+	second, err := service.Start(context.Background(), h.Cfg, service.Options{Clock: h.Clock, ManualMonitor: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSecondProcessFencesTheFirst(t *testing.T) {
 	}
 
 	// The owner records the silence, once.
-	h.svc = second
+	h.Svc = second
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := second.Fleet().RunMonitor(ctx); err != nil {
@@ -86,5 +86,5 @@ func TestSecondProcessFencesTheFirst(t *testing.T) {
 		t.Fatalf("audit %v, want one unhealthy event", kinds(h.audit(id)))
 	}
 	h.mustHeartbeat(id) // the owner takes heartbeats
-	h.svc = first       // the harness closes the first one
+	h.Svc = first       // the harness closes the first one
 }
