@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
@@ -34,25 +32,5 @@ func (s *Server) observe() gin.HandlerFunc {
 				m.HeartbeatRejected(ctx, telemetry.StatusReason(status))
 			}
 		}
-	}
-}
-
-// otelginOptions configure the tracing middleware: the service's tracer provider and propagator, no
-// metrics (observe records them, and otelgin would otherwise use the global meter provider), and no
-// spans for scrapes, probes and event streams.
-func (s *Server) otelginOptions() []otelgin.Option {
-	return []otelgin.Option{
-		otelgin.WithTracerProvider(s.deps.TracerProvider),
-		otelgin.WithPropagators(s.deps.Propagator),
-		otelgin.WithMeterProvider(noop.NewMeterProvider()),
-		otelgin.WithGinFilter(func(c *gin.Context) bool {
-			switch c.FullPath() {
-			case "/metrics", "/healthz", "/readyz":
-				return false
-			case "/v1/mcp/events": // a stream lasts hours: one span for it would say nothing
-				return false
-			}
-			return true
-		}),
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -127,8 +126,9 @@ func (s *Server) Handler() http.Handler {
 	r.ContextWithFallback = true
 	r.HandleMethodNotAllowed = true
 	r.Use(s.observe(), s.recoverer())
+	names := &spanNames{}
 	if s.deps.TracerProvider != nil {
-		r.Use(otelgin.Middleware("mcpfleet", s.otelginOptions()...))
+		r.Use(tracing(s.deps.TracerProvider, s.deps.Propagator, names))
 		r.Use(s.traceparentOut())
 	}
 	r.NoRoute(func(c *gin.Context) {
@@ -164,6 +164,7 @@ func (s *Server) Handler() http.Handler {
 		s.deps.UI.Mount(r)
 	}
 	s.registerChaos(r) // POST /chaos/crash, only in binaries built with -tags chaos
+	names.add(r.Routes())
 	return r
 }
 
@@ -219,7 +220,7 @@ func (s *Server) recoverer() gin.HandlerFunc {
 // traceparentOut writes the request's trace context into the response headers.
 func (s *Server) traceparentOut() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		s.deps.Propagator.Inject(c.Request.Context(), propagation.HeaderCarrier(c.Writer.Header()))
+		s.deps.Propagator.Inject(c.Request.Context(), canonicalCarrier(c.Writer.Header()))
 		c.Next()
 	}
 }
