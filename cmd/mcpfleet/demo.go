@@ -59,7 +59,7 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 	}
 	defer pg.Close()
 
-	tenant, keys, err := freshDemoDatabase(ctx, pg, &cfg)
+	tenant, keys, agentKey, err := freshDemoDatabase(ctx, pg, &cfg)
 	if err != nil {
 		return err
 	}
@@ -103,8 +103,9 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 	}()
 
 	base := svc.URL()
-	printBanner(stdout, base, tenant.String(), keys, servers, pg.Kind(), logPath, cfg)
+	printBanner(stdout, base, tenant.String(), keys, agentKey.APIKey, servers, pg.Kind(), logPath, cfg)
 	say("Watching the demo modules (Ctrl-C to stop; the modules deregister on the way out):")
+	go readyForAgents(ctx, base, keys[persistence.RoleAdmin].APIKey, keys[persistence.RoleOperator].APIKey, servers, stdout)
 	watchClient := fleetclient.New(base, keys[persistence.RoleOperator].APIKey)
 	err = demo.RunModules(ctx, base, keys[persistence.RoleModule].APIKey, servers, demo.RunOptions{
 		Out: stdout, MonitorPeriod: cfg.MonitorInterval, Watch: watchClient,
@@ -117,34 +118,40 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 }
 
 // freshDemoDatabase recreates the demo database on pg (so the demo starts from nothing), migrates it,
-// points cfg at it, and creates the demo tenant with one key of each role.
-func freshDemoDatabase(ctx context.Context, pg *pgserver.Server, cfg *service.Config) (uuid.UUID, map[persistence.Role]persistence.CreatedKey, error) {
+// points cfg at it, and creates the demo tenant with one key of each role and a second administrator's
+// key for the agent on /mcp: a call must be approved by another key than the one that asked for it, so
+// the person in the dashboard and the agent need a key each.
+func freshDemoDatabase(ctx context.Context, pg *pgserver.Server, cfg *service.Config) (uuid.UUID, map[persistence.Role]persistence.CreatedKey, persistence.CreatedKey, error) {
+	var agent persistence.CreatedKey
 	if err := recreateDatabase(ctx, pg.AdminURL("postgres"), demoDatabase); err != nil {
-		return uuid.Nil, nil, err
+		return uuid.Nil, nil, agent, err
 	}
 	cfg.AdminDatabaseURL = pg.AdminURL(demoDatabase)
 	cfg.DatabaseURL = pg.URLFor("cyberos_app", demoDatabase)
 	if _, err := migrations.Up(ctx, cfg.AdminDatabaseURL); err != nil {
-		return uuid.Nil, nil, err
+		return uuid.Nil, nil, agent, err
 	}
 	admin, err := persistence.OpenAdmin(ctx, cfg.AdminDatabaseURL)
 	if err != nil {
-		return uuid.Nil, nil, err
+		return uuid.Nil, nil, agent, err
 	}
 	defer admin.Close()
 	tenant, err := admin.CreateTenant(ctx, "demo")
 	if err != nil {
-		return uuid.Nil, nil, err
+		return uuid.Nil, nil, agent, err
 	}
 	keys := map[persistence.Role]persistence.CreatedKey{}
 	for _, r := range []persistence.Role{persistence.RoleAdmin, persistence.RoleOperator, persistence.RoleModule} {
 		k, err := admin.CreateAPIKey(ctx, tenant, r)
 		if err != nil {
-			return uuid.Nil, nil, err
+			return uuid.Nil, nil, agent, err
 		}
 		keys[r] = k
 	}
-	return tenant, keys, nil
+	if agent, err = admin.CreateAPIKey(ctx, tenant, persistence.RoleAdmin); err != nil {
+		return uuid.Nil, nil, agent, err
+	}
+	return tenant, keys, agent, nil
 }
 
 // allowDemoServers lets the service reach the demo's MCP servers, which listen on loopback (the endpoint
@@ -183,7 +190,7 @@ func recreateDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
-func printBanner(w io.Writer, base, tenant string, keys map[persistence.Role]persistence.CreatedKey,
+func printBanner(w io.Writer, base, tenant string, keys map[persistence.Role]persistence.CreatedKey, agentKey string,
 	servers []*demo.Server, pgKind, logPath string, cfg service.Config) {
 	mod, op, adm := keys[persistence.RoleModule].APIKey, keys[persistence.RoleOperator].APIKey, keys[persistence.RoleAdmin].APIKey
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
@@ -192,11 +199,18 @@ func printBanner(w io.Writer, base, tenant string, keys map[persistence.Role]per
 	p("Dashboard: %s/ui/   (sign in with the admin or the operator key below)", base)
 	p("H = %s, monitor every %s: a server is degraded after %s of silence and unhealthy after %s.",
 		cfg.HeartbeatInterval, cfg.MonitorInterval, 2*cfg.HeartbeatInterval, 3*cfg.HeartbeatInterval)
-	p("MCP endpoint for agents: %s/mcp   (Streamable HTTP; the admin key below as bearer; docs/mcp-endpoint.md)", base)
-	p(`  npx @modelcontextprotocol/inspector --cli %s/mcp --transport http --header "Authorization: Bearer %s" --method tools/list`, base, adm)
+	p("MCP endpoint for agents: %s/mcp   (Streamable HTTP; the agent's key below as bearer; docs/mcp-endpoint.md)", base)
+	p("  List its tools, then call the flaky server's tool (told why and when to retry while it is down) and one that")
+	p("  waits for your approval in the dashboard (sign in with the admin key: the call waits on the calendar server's")
+	p("  card; approve it within 60 s, the Inspector's timeout; the agent's own key may not approve its call):")
+	insp := fmt.Sprintf(`npx @modelcontextprotocol/inspector --cli %s/mcp --transport http --header "Authorization: Bearer %s"`, base, agentKey)
+	p("  %s --method tools/list", insp)
+	p("  %s --method tools/call --tool-name flaky.echo --tool-arg text=hello", insp)
+	p("  %s --method tools/call --tool-name %s.create_event --tool-arg title=Demo --tool-arg date=%s", insp, demoApprovalServer, time.Now().AddDate(0, 0, 1).Format("2006-01-02"))
 	p("")
 	p("Tenant %s; API keys (shown once):", tenant)
 	p("  admin     %s", adm)
+	p("  agent     %s   (an administrator's key too, for the agent on /mcp)", agentKey)
 	p("  operator  %s", op)
 	p("  module    %s", mod)
 	p("")
