@@ -126,7 +126,9 @@ func (s *fakeStore) count(match func(persistence.Command) bool) int {
 	return n
 }
 
-func (s *fakeStore) StampHeartbeats(context.Context, []persistence.Stamp) error { return nil }
+func (s *fakeStore) StampHeartbeatsFenced(context.Context, []persistence.Stamp) ([]persistence.Fence, error) {
+	return nil, nil
+}
 
 func (s *fakeStore) TenantIDs(context.Context) ([]uuid.UUID, error) {
 	s.mu.Lock()

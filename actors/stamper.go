@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -25,10 +26,12 @@ type stamper struct {
 	drainers []*actor.PID
 	tel      tel
 	links    batchLinks // the sampled heartbeats of the next flush
+	// fleet is the fleet actor, told of a stale fence (shardFenced); set once the fleet is spawned.
+	fleet *atomic.Pointer[actor.PID]
 }
 
 type stampStore interface {
-	StampHeartbeats(ctx context.Context, stamps []persistence.Stamp) error
+	StampHeartbeatsFenced(ctx context.Context, stamps []persistence.Stamp) ([]persistence.Fence, error)
 }
 
 type stampTick struct{}
@@ -36,12 +39,13 @@ type stampTick struct{}
 type stampFlushed struct {
 	epoch  uint64
 	failed []persistence.Stamp
-	trace  carrier // the stamper.flush span
+	fenced []persistence.Fence // stale fences: their stamps were dropped
+	trace  carrier             // the stamper.flush span
 }
 
-func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel) *actor.Props {
+func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel, fleet *atomic.Pointer[actor.PID]) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}, tel: t}
+		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}, tel: t, fleet: fleet}
 	}, actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -64,6 +68,11 @@ func (s *stamper) Receive(ctx actor.Context) {
 		s.flushing = false
 		for _, st := range msg.failed {
 			s.add(st)
+		}
+		if pid := s.fleet.Load(); pid != nil {
+			for _, f := range msg.fenced {
+				ctx.Send(pid, &shardFenced{fence: f})
+			}
 		}
 		if len(msg.failed) > 0 {
 			s.log.WarnContext(msg.trace.Context(), "stamper: heartbeat stamps not written, will retry", "stamps", len(msg.failed))
@@ -119,10 +128,10 @@ func (s *stamper) flush(ctx actor.Context) {
 	s.links = batchLinks{}
 	go func() {
 		var failed []persistence.Stamp
-		trc, err := t.flushStamps(store, batch, links)
+		trc, fenced, err := t.flushStamps(store, batch, links)
 		if err != nil {
 			failed = batch
 		}
-		system.Root.Send(self, &stampFlushed{epoch: epoch, failed: failed, trace: trc})
+		system.Root.Send(self, &stampFlushed{epoch: epoch, failed: failed, fenced: fenced, trace: trc})
 	}()
 }

@@ -253,7 +253,8 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	}, epochs)); err != nil {
 		return err
 	}
-	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t)); err != nil {
+	fleetPID := &atomic.Pointer[actor.PID]{}
+	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t, fleetPID)); err != nil {
 		return err
 	}
 	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout, t)); err != nil {
@@ -269,6 +270,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		stall: &lifecycle.Stall{}, own: f.own,
 	}
 	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent))
+	fleetPID.Store(f.fleet)
 	return err
 }
 

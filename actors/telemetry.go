@@ -145,8 +145,9 @@ func (t tel) endFlush(ctx context.Context, span trace.Span, start time.Time, n i
 }
 
 // flushStamps writes one batch of heartbeat stamps under a stamper.flush span linked to the sampled
-// heartbeats it carries, and returns the span's carrier (for the log of a failure) and the error.
-func (t tel) flushStamps(store stampStore, batch []persistence.Stamp, links telemetry.BatchLinks) (telemetry.Carrier, error) {
+// heartbeats it carries, and returns the span's carrier (for the log of a failure), the stale fences whose
+// stamps were dropped, and the error.
+func (t tel) flushStamps(store stampStore, batch []persistence.Stamp, links telemetry.BatchLinks) (telemetry.Carrier, []persistence.Fence, error) {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, span := t.trc().Start(c, "stamper.flush", trace.WithNewRoot(), trace.WithLinks(links.Links...))
@@ -154,10 +155,10 @@ func (t tel) flushStamps(store stampStore, batch []persistence.Stamp, links tele
 		span.SetAttributes(attribute.Int("mcpfleet.batch.stamps", len(batch)), attribute.Int("mcpfleet.batch.links_dropped", links.Dropped))
 	}
 	start := time.Now()
-	err := store.StampHeartbeats(c, batch)
+	fenced, err := store.StampHeartbeatsFenced(c, batch)
 	t.metrics.Flush(c, telemetry.WriterStamps, len(batch), time.Since(start), err)
 	endSpan(span, err)
-	return telemetry.SpanCarrier(span), err
+	return telemetry.SpanCarrier(span), fenced, err
 }
 
 // startCascade starts the skills.cascade span of one batch of cascade requests: a child of the first

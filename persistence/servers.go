@@ -1,9 +1,11 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -161,11 +163,19 @@ type Stamp struct {
 // dropped without an error (its server has a newer owner, which judges it on the evidence it receives
 // itself); the shards' rows are held FOR SHARE to COMMIT, as by every fenced write (see WithFence).
 func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
+	_, err := s.StampHeartbeatsFenced(ctx, stamps)
+	return err
+}
+
+// StampHeartbeatsFenced is StampHeartbeats that also returns the stale fences its stamps carried, each
+// once (in no particular order): the shards another process has claimed since, whose stamps were dropped.
+func (s *Store) StampHeartbeatsFenced(ctx context.Context, stamps []Stamp) ([]Fence, error) {
 	byTenant := map[uuid.UUID][]Stamp{}
 	for _, st := range stamps {
 		byTenant[st.TenantID] = append(byTenant[st.TenantID], st)
 	}
 	steps := make([]tenantStep, 0, len(byTenant))
+	var stale []Fence
 	for tenant, sts := range byTenant {
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
@@ -178,17 +188,32 @@ func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
 			queue: func(b *pgx.Batch) {
 				b.Queue(`WITH v AS (SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::bigint[]) AS v(id, at, shard, epoch)),
 					owned AS MATERIALIZED (SELECT shard, epoch FROM shard_owners
-						WHERE (shard, epoch) IN (SELECT shard, epoch FROM v WHERE epoch <> 0) FOR SHARE)
-					UPDATE mcp_servers m SET last_heartbeat_at = v.at FROM v
-					WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at
-					  AND (v.epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch))`,
+						WHERE (shard, epoch) IN (SELECT shard, epoch FROM v WHERE epoch <> 0) FOR SHARE),
+					up AS (UPDATE mcp_servers m SET last_heartbeat_at = v.at FROM v
+						WHERE m.server_id = v.id AND m.last_heartbeat_at < v.at
+						  AND (v.epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch)))
+					SELECT DISTINCT v.shard, v.epoch FROM v
+					WHERE v.epoch <> 0 AND NOT EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch)`,
 					ids, ats, shards, epochs)
 			},
-			read: func(br pgx.BatchResults) error { _, err := br.Exec(); return err },
+			read: func(br pgx.BatchResults) error {
+				rows, err := br.Query()
+				if err != nil {
+					return err
+				}
+				fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fence, error) {
+					var f Fence
+					err := r.Scan(&f.Shard, &f.Epoch)
+					return f, err
+				})
+				stale = append(stale, fs...)
+				return err
+			},
 		})
 	}
 	if err := inTenantBatch(ctx, s.pool, steps); err != nil {
-		return fmt.Errorf("stamp heartbeats: %w", err)
+		return nil, fmt.Errorf("stamp heartbeats: %w", err)
 	}
-	return nil
+	slices.SortFunc(stale, func(a, b Fence) int { return cmp.Or(cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Epoch, b.Epoch)) })
+	return slices.Compact(stale), nil
 }

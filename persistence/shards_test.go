@@ -269,12 +269,15 @@ func TestStaleStampsAndCascadesAreDropped(t *testing.T) {
 		d.claim(b, "n2")
 	}
 	at := t0.Add(time.Hour)
-	err := d.store.StampHeartbeats(ctx, []persistence.Stamp{
+	stale, err := d.store.StampHeartbeatsFenced(ctx, []persistence.Stamp{
 		{TenantID: d.tenant, ServerID: a, At: at, Fence: fa},
 		{TenantID: d.tenant, ServerID: b, At: at, Fence: staleB},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(stale) != 1 || stale[0] != staleB {
+		t.Fatalf("stale fences %v, want [%v]", stale, staleB)
 	}
 	if n := d.count(`SELECT count(*) FROM mcp_servers WHERE last_heartbeat_at = $1`, at); n != 1 {
 		t.Fatalf("%d stamps landed, want 1", n)

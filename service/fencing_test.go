@@ -88,3 +88,34 @@ func TestSecondProcessFencesTheFirst(t *testing.T) {
 	h.mustHeartbeat(id) // the owner takes heartbeats
 	h.Svc = first       // the harness closes the first one
 }
+
+// A fenced process that only takes heartbeats (no transition to write) learns it lost its shards from its
+// first heartbeat stamp: the stamp is dropped and reported, the shard given up, and the next heartbeat is
+// 503 instead of an acknowledgement that nothing records.
+func TestFencedStampStopsTheShard(t *testing.T) {
+	var fenced atomic.Int64
+	h := newHarness(t, func(_ *service.Config, o *service.Options) {
+		o.OnEvent = func(e string) {
+			if e == "shard_fenced" {
+				fenced.Add(1)
+			}
+		}
+	})
+	id := h.register("calendar")
+	second, err := service.Start(context.Background(), h.Cfg, service.Options{Clock: h.Clock, ManualMonitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := second.Close(c); err != nil {
+			t.Errorf("close the second service: %v", err)
+		}
+	})
+	h.mustHeartbeat(id) // answered from memory; its stamp is fenced at the next flush
+	waitFor(t, "the stale stamp to be reported", 10*time.Second, func() bool { return fenced.Load() > 0 })
+	if r := h.heartbeat(id); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("heartbeat to the fenced process after its stamp was refused: %d %s", r.status, r.body)
+	}
+}
