@@ -19,7 +19,7 @@ import (
 
 // dash is a migrated database with the runtime store, an owner pool and one tenant.
 type dash struct {
-	t      *testing.T
+	t      testing.TB
 	store  *persistence.Store
 	app    *pgxpool.Pool
 	owner  *pgxpool.Pool
@@ -28,13 +28,13 @@ type dash struct {
 	db     *pgtest.DB
 }
 
-func newDash(t *testing.T) *dash {
+func newDash(t testing.TB) *dash {
 	t.Helper()
 	return newDashWith(t, persistence.Options{})
 }
 
 // newDashWith is newDash with the store opened with opt.
-func newDashWith(t *testing.T, opt persistence.Options) *dash {
+func newDashWith(t testing.TB, opt persistence.Options) *dash {
 	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
