@@ -41,13 +41,16 @@ type hub struct {
 	server *mcp.Server
 	holds  *holds // Hide mode only
 
+	schemas map[uuid.UUID]normalizedSchema // by skill: the last schema normalised (sync's alone)
+
 	mu      sync.Mutex
 	entries map[string]*entry // every named skill, by name
 	listed  map[string]*entry // what the SDK server lists
 }
 
 func newHub(e *Endpoint, tenant uuid.UUID) *hub {
-	h := &hub{e: e, tenant: tenant, holds: newHolds(e.cfg.ListHold), entries: map[string]*entry{}, listed: map[string]*entry{}}
+	h := &hub{e: e, tenant: tenant, holds: newHolds(e.cfg.ListHold), entries: map[string]*entry{}, listed: map[string]*entry{},
+		schemas: map[uuid.UUID]normalizedSchema{}}
 	h.server = mcp.NewServer(&mcp.Implementation{Name: "mcpfleet", Title: "mcpfleet", Version: e.deps.Version}, &mcp.ServerOptions{
 		Instructions: "The tools of this mcpfleet tenant that an agent may call. Every call goes through mcpfleet's gateway: " +
 			"approval, a budget per run (this session), text-only results. A tool whose server is down answers at once with an error saying since when and when to retry.",
@@ -124,9 +127,7 @@ func (h *hub) sync(ctx context.Context) error {
 			en.since = r.StatusSince
 		}
 
-		if s, err := toolschema.Normalize(r.Skill.InputSchema); err == nil {
-			en.schema = s
-		}
+		en.schema = h.normalized(r.Skill.SkillID, r.Skill.InputSchema)
 		alive, flapping := true, false
 		if h.e.cfg.Unavailable == Hide {
 			flapping = r.Transitions >= h.e.cfg.FlapThreshold
@@ -154,8 +155,38 @@ func (h *hub) sync(ctx context.Context) error {
 	if h.e.cfg.Unavailable == Hide {
 		h.holds.forget(seen)
 	}
+	if len(h.schemas) > len(rows) { // skills gone: forget their schemas
+		keep := make(map[uuid.UUID]bool, len(rows))
+		for _, r := range rows {
+			keep[r.Skill.SkillID] = true
+		}
+		for id := range h.schemas {
+			if !keep[id] {
+				delete(h.schemas, id)
+			}
+		}
+	}
 	h.apply(entries)
 	return nil
+}
+
+// normalizedSchema is a skill's input schema as stored and as normalised (nil: outside the subset).
+type normalizedSchema struct {
+	raw, norm json.RawMessage
+}
+
+// normalized is raw normalised (nil when outside the supported subset), from the cache while the
+// skill's stored schema is unchanged: a poll normalises only what changed.
+func (h *hub) normalized(skill uuid.UUID, raw json.RawMessage) json.RawMessage {
+	if c, ok := h.schemas[skill]; ok && bytes.Equal(c.raw, raw) {
+		return c.norm
+	}
+	var norm json.RawMessage
+	if s, err := toolschema.Normalize(raw); err == nil {
+		norm = s
+	}
+	h.schemas[skill] = normalizedSchema{raw: raw, norm: norm}
+	return norm
 }
 
 // apply makes the SDK server list exactly the listed entries, touching only what changed.

@@ -1,6 +1,7 @@
 package mcpendpoint
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,24 @@ func TestHostAndOrigin(t *testing.T) {
 		"null": false, "file://": false} {
 		if e.originAllowed(origin) != ok {
 			t.Errorf("origin %q: %v", origin, !ok)
+		}
+	}
+}
+
+// A skill's schema is normalised again when its stored schema changes, and a schema outside the subset
+// stays nil (unlisted) from the cache too.
+func TestNormalizedSchemaCache(t *testing.T) {
+	h := &hub{schemas: map[uuid.UUID]normalizedSchema{}}
+	id := uuid.New()
+	a := h.normalized(id, json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`))
+	b := h.normalized(id, json.RawMessage(`{"type":"object","properties":{"b":{"type":"string"}}}`))
+	if !strings.Contains(string(a), `"a"`) || !strings.Contains(string(b), `"b"`) || strings.Contains(string(b), `"a"`) {
+		t.Fatalf("normalised %s, then %s", a, b)
+	}
+	bad := json.RawMessage(`{"type":"object","properties":{"x":{"$ref":"#/nowhere"}}}`)
+	for range 2 {
+		if n := h.normalized(id, bad); n != nil {
+			t.Fatalf("a schema outside the subset normalised to %s", n)
 		}
 	}
 }
