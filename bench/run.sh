@@ -6,8 +6,9 @@
 # BENCH_MCP_SERVERS (200), BENCH_MCP_TOOLS (20), BENCH_MCP_SESSIONS (1000), BENCH_MCP_EXTRA (more flags).
 # Knobs (environment): BENCH_N (modules, default 100000), BENCH_H (heartbeat interval, 10s),
 # BENCH_DURATION (steady phase, 60s), BENCH_PORT (18181), BENCH_PG (superuser base URL of a PostgreSQL
-# server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_EXTRA (more
-# mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
+# server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_REFERENCE (1: after
+# mcpfleet, drive the naive reference server with the same load on its own fresh database and report both; 0
+# skips it), BENCH_EXTRA (more mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${BENCH_N:-100000}
@@ -16,7 +17,9 @@ DURATION=${BENCH_DURATION:-60s}
 PORT=${BENCH_PORT:-18181}
 PG=${BENCH_PG:-postgres://postgres@127.0.0.1:5432}
 REPORT=${BENCH_REPORT:-bench/REPORT.md}
+REFERENCE=${BENCH_REFERENCE:-1}
 DB=mcpfleet_bench
+REF_DB=mcpfleet_bench_ref
 mkdir -p .data
 ulimit -n 65536 2>/dev/null || true
 
@@ -46,6 +49,12 @@ trap 'if [ -n "$PID" ]; then kill -TERM $PID 2>/dev/null || true; wait $PID 2>/d
 
 if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	fresh_db $DB
+	REF_FLAGS=(--pg-url "$PG/postgres" --service-database "$DB")
+	if [ "$REFERENCE" != 0 ]; then
+		# The reference server creates its own table in an empty database.
+		psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS $REF_DB WITH (FORCE)" -c "CREATE DATABASE $REF_DB" >/dev/null
+		REF_FLAGS+=(--reference-database-url "$PG/$REF_DB")
+	fi
 	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
 	READ_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
 	MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL="$H" MCPFLEET_MONITOR_INTERVAL="${MCPFLEET_MONITOR_INTERVAL:-$(awk -v h="$H" 'BEGIN{print (h=="10s")?"5s":"500ms"}')}" \
@@ -56,7 +65,7 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	echo "bench: service pid $PID on :$PORT, $N modules, H=$H, steady $DURATION" >&2
 	# shellcheck disable=SC2086
 	bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
-		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" ${BENCH_EXTRA:-}
+		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
 	kill -TERM $PID 2>/dev/null || true
 	wait $PID 2>/dev/null || true

@@ -2,7 +2,9 @@
 // MCP modules (registration, heartbeats every H on a timing wheel, a
 // closed-loop peak) against a running mcpfleet service on loopback, compares
 // the peak with a no-op gin server it runs as a child process, reads the
-// service's RSS, and reports every figure against its target in Markdown
+// service's RSS and CPU (and its PostgreSQL backends' with --pg-url), drives
+// a naive reference server with the same load (--reference-database-url),
+// and reports every figure against its target in Markdown
 // (--report) and JSON (--json). Run it with -h for the flags; each flag can
 // also be set as MCPFLEET_LOAD_<FLAG> (e.g. MCPFLEET_LOAD_API_KEY).
 package main

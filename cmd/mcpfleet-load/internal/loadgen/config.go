@@ -2,7 +2,9 @@
 // it simulates N modules over real HTTP against a running service
 // (registration, steady heartbeats on a timing wheel, a closed-loop peak),
 // measures the same closed loop against a no-op gin server in a child
-// process for a ceiling, reads the service's RSS, and writes a Markdown
+// process for a ceiling, reads the service's RSS and CPU (and that of the
+// PostgreSQL backends of its database), drives the naive reference server
+// (Reference) with the same load for comparison, and writes a Markdown
 // report and a JSON summary.
 //
 // Every phase is bounded in time and in count, and stops by itself. Only
@@ -46,6 +48,16 @@ type Config struct {
 	Strict         bool
 	Seed           uint64
 	CPUProfile     string
+	// PGURL connects to the PostgreSQL server of the service (any database, as a role that sees every
+	// session's pid in pg_stat_activity, e.g. the superuser), to count the CPU of the backends serving
+	// ServiceDatabase during the steady phase. Empty: PostgreSQL CPU is not measured.
+	PGURL           string
+	ServiceDatabase string
+	// ReferenceDatabaseURL, if set, is a fresh database on the same PostgreSQL server for the naive
+	// reference server (Reference); the run then drives the reference with the same load after the
+	// service and reports both. ReferencePool is its pgx pool size.
+	ReferenceDatabaseURL string
+	ReferencePool        int
 
 	// SelfExe is the executable re-run as "noop-server" for the ceiling
 	// phase. Not a flag: Main sets it to os.Executable().
@@ -115,6 +127,10 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Strict, "strict", false, "exit with an error when a target is not met")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the heartbeat jitter")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
+	fs.StringVar(&cfg.PGURL, "pg-url", "", "PostgreSQL URL as a superuser, to count the CPU of the database's backends (empty: not measured)")
+	fs.StringVar(&cfg.ServiceDatabase, "service-database", "", "the service's database, whose backends' CPU --pg-url counts")
+	fs.StringVar(&cfg.ReferenceDatabaseURL, "reference-database-url", "", "a fresh database for the naive reference server, driven with the same load after the service (empty: skipped)")
+	fs.IntVar(&cfg.ReferencePool, "reference-pool", 32, "the reference server's pgx pool size")
 	return fs
 }
 
@@ -178,6 +194,8 @@ func (c Config) Validate() error {
 	check(c.MaxRuntime > 0, "--max-runtime must be positive")
 	check(c.Progress > 0, "--progress must be positive")
 	check(c.ModulePrefix != "", "--module-prefix must not be empty")
+	check(c.ReferencePool == 0 || (c.ReferencePool >= 1 && c.ReferencePool <= 1000), "--reference-pool must be 1 to 1000, got %d", c.ReferencePool)
+	check(c.ServiceDatabase == "" || c.PGURL != "", "--service-database needs --pg-url")
 	if err := checkTarget(c.BaseURL, c.AllowRemote); err != nil {
 		errs = append(errs, err)
 	}

@@ -13,20 +13,23 @@ import (
 
 // Main runs the mcpfleet-load command line: args without the program name,
 // getenv for MCPFLEET_LOAD_* settings. The hidden first argument
-// "noop-server" runs the ceiling's no-op server instead (the command starts
-// itself that way). Progress goes to stderr; --json prints the summary on
+// "noop-server" runs the ceiling's no-op server instead, "reference-server"
+// the naive reference server (the command starts itself both ways). Progress goes to stderr; --json prints the summary on
 // stdout. It returns ErrHelp after -h, ErrTargetsMissed under --strict, or
 // the error that stopped the run.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == NoopCommand {
 		return RunNoopServer(ctx, args[1:], stdin, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == ReferenceCommand {
+		return RunReferenceServer(ctx, args[1:], stdin, stdout, stderr)
+	}
 	cfg, err := ParseConfig(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	if cfg.SelfExe, err = os.Executable(); err != nil && cfg.Ceiling {
-		return fmt.Errorf("find own executable for the ceiling phase: %w", err)
+	if cfg.SelfExe, err = os.Executable(); err != nil && (cfg.Ceiling || cfg.ReferenceDatabaseURL != "") {
+		return fmt.Errorf("find own executable for the ceiling and reference phases: %w", err)
 	}
 	// This process only generates load: trade memory for less GC CPU on a
 	// machine it shares with the service.

@@ -3,7 +3,6 @@ package loadgen
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,27 +69,8 @@ func RunNoopServer(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		cancel()
 	}()
 
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", *addr)
-	if err != nil {
+	if err := serveAnnounced(ctx, *addr, NewNoopHandler(), stdout); err != nil {
 		return fmt.Errorf("noop server: %w", err)
-	}
-	srv := &http.Server{Handler: NewNoopHandler(), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	if _, err := fmt.Fprintf(stdout, "listening %s\n", ln.Addr()); err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("noop server: announce address: %w", err)
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("noop server: %w", err)
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
 	}
 	return nil
 }
@@ -125,20 +105,28 @@ func (f *firstLine) Write(p []byte) (int, error) {
 // address. stop closes the child's stdin (which makes it exit), waits up to
 // 5 s, then kills it.
 func startNoop(ctx context.Context, exe string, stderr io.Writer) (addr string, stop func(), err error) {
+	addr, _, stop, err = startChild(ctx, "no-op server", exe, []string{NoopCommand, "--addr", "127.0.0.1:0", "--max-lifetime", "30m"}, stderr)
+	return addr, stop, err
+}
+
+// startChild runs exe with args as a server child named name (for errors), which must print
+// "listening 127.0.0.1:PORT" first on stdout, and returns that address and its pid. stop closes the
+// child's stdin (which makes it exit), waits up to 5 s, then kills it.
+func startChild(ctx context.Context, name, exe string, args []string, stderr io.Writer) (addr string, pid int, stop func(), err error) {
 	if exe == "" {
-		return "", nil, errors.New("no executable to run the no-op server from")
+		return "", 0, nil, fmt.Errorf("no executable to run the %s from", name)
 	}
-	cmd := exec.Command(exe, NoopCommand, "--addr", "127.0.0.1:0", "--max-lifetime", "30m")
+	cmd := exec.Command(exe, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return "", nil, fmt.Errorf("no-op server: %w", err)
+		return "", 0, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	first := &firstLine{ch: make(chan string, 1)}
 	cmd.Stdout = first
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start no-op server: %w", err)
+		return "", 0, nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -156,7 +144,7 @@ func startNoop(ctx context.Context, exe string, stderr io.Writer) (addr string, 
 			}
 		})
 	}
-	t := time.NewTimer(10 * time.Second)
+	t := time.NewTimer(30 * time.Second)
 	defer t.Stop()
 	select {
 	case line := <-first.ch:
@@ -164,18 +152,18 @@ func startNoop(ctx context.Context, exe string, stderr io.Writer) (addr string, 
 		host, _, serr := net.SplitHostPort(a)
 		if !ok || serr != nil || !isLoopback(host) {
 			stop()
-			return "", nil, fmt.Errorf("no-op server announced %q, want \"listening 127.0.0.1:PORT\"", line)
+			return "", 0, nil, fmt.Errorf("%s announced %q, want \"listening 127.0.0.1:PORT\"", name, line)
 		}
-		return a, stop, nil
+		return a, cmd.Process.Pid, stop, nil
 	case err := <-exited:
 		exited <- err // let stop see it
 		stop()
-		return "", nil, fmt.Errorf("no-op server exited before listening: %v", err)
+		return "", 0, nil, fmt.Errorf("%s exited before listening: %v", name, err)
 	case <-t.C:
 		stop()
-		return "", nil, errors.New("no-op server did not announce its address within 10s")
+		return "", 0, nil, fmt.Errorf("%s did not announce its address within 30s", name)
 	case <-ctx.Done():
 		stop()
-		return "", nil, ctx.Err()
+		return "", 0, nil, ctx.Err()
 	}
 }

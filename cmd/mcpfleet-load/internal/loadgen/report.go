@@ -55,10 +55,13 @@ type Summary struct {
 	// FalseTransitions counts non-healthy heartbeat answers for on-time
 	// modules (registration and steady phases) plus the on-time modules the
 	// sweeps saw degraded or unhealthy.
-	FalseTransitions uint64   `json:"false_transitions"`
-	Targets          []Target `json:"targets"`
-	AllMet           bool     `json:"all_targets_met"`
-	Notes            []string `json:"notes,omitempty"`
+	FalseTransitions uint64 `json:"false_transitions"`
+	// Reference is the same load driven against the naive reference server (Reference), after the
+	// service; nil when not run.
+	Reference *Summary `json:"reference,omitempty"`
+	Targets   []Target `json:"targets"`
+	AllMet    bool     `json:"all_targets_met"`
+	Notes     []string `json:"notes,omitempty"`
 }
 
 // RunConfig is the configuration the run used.
@@ -147,11 +150,37 @@ type RSSSummary struct {
 	Error        string  `json:"error,omitempty"`
 }
 
-// CPUSummary is CPU use during the steady phase, in percent of one core.
+// CPUSummary is CPU use during the steady phase: percentages are of one core.
 type CPUSummary struct {
-	ClientPercent   float64 `json:"load_generator_percent"`
-	ServicePercent  float64 `json:"service_percent"`
-	ServiceMeasured bool    `json:"service_measured"`
+	ClientPercent     float64 `json:"load_generator_percent"`
+	ServicePercent    float64 `json:"service_percent"`
+	ServiceMeasured   bool    `json:"service_measured"`
+	ServiceCPUSeconds float64 `json:"service_cpu_seconds"`
+	// Database* is the CPU of the PostgreSQL backends serving the service's database (Config
+	// ServiceDatabase), read from /proc: not the server's shared processes (WAL writer, checkpointer,
+	// autovacuum), whose work the heartbeats also cause.
+	DatabaseMeasured   bool    `json:"database_measured"`
+	DatabaseCPUSeconds float64 `json:"database_cpu_seconds"`
+	DatabaseBackends   int     `json:"database_backends"`
+	DatabaseExited     int     `json:"database_backends_exited"`
+	DatabaseError      string  `json:"database_error,omitempty"`
+}
+
+// PerHeartbeat returns the CPU per steady heartbeat answered 200, in ms, of the service, of its
+// PostgreSQL backends, and both; ok reports which were measured (service, database).
+func (s *Summary) PerHeartbeat() (service, database, total float64, serviceOK, databaseOK bool) {
+	n := float64(s.Steady.OK)
+	if n == 0 {
+		return 0, 0, 0, false, false
+	}
+	serviceOK, databaseOK = s.CPU.ServiceMeasured, s.CPU.DatabaseMeasured
+	if serviceOK {
+		service = 1000 * s.CPU.ServiceCPUSeconds / n
+	}
+	if databaseOK {
+		database = 1000 * s.CPU.DatabaseCPUSeconds / n
+	}
+	return service, database, service + database, serviceOK, databaseOK
 }
 
 // DeregistrationSummary describes the final deregistration.
@@ -402,6 +431,24 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 		row("deregistration", "errors", n(d.Errors.Total), "requests")
 	}
 
+	if s.CPU.ServiceMeasured || s.CPU.DatabaseMeasured {
+		sv, db, tot, svOK, dbOK := s.PerHeartbeat()
+		if svOK {
+			row("steady", "service CPU per heartbeat", fmt.Sprintf("%.3f", sv), "ms")
+		}
+		if dbOK {
+			row("steady", fmt.Sprintf("PostgreSQL CPU per heartbeat (%d backends of the service's database)", s.CPU.DatabaseBackends), fmt.Sprintf("%.3f", db), "ms")
+		}
+		if svOK && dbOK {
+			row("steady", "total CPU per heartbeat", fmt.Sprintf("%.3f", tot), "ms")
+		}
+	}
+	if s.Reference != nil {
+		fmt.Fprintf(&b, "\n## Against the naive reference\n\n")
+		fmt.Fprintf(&b, "The same load, after mcpfleet, against the seed's design taken literally: a gin server with a pgx pool, one `UPDATE … SET last_heartbeat_at = now()` per heartbeat and a set-based scan every H/2 marking late servers degraded and unhealthy, on a fresh database of the same PostgreSQL, with no authentication, tenancy, audit, cascade or tracing. CPU per heartbeat is the primary figure: it depends far less on what else ran on the machine than rates and latencies do.\n\n")
+		writeComparison(&b, s, s.Reference)
+	}
+
 	type errRow struct {
 		phase, kind string
 		n           uint64
@@ -443,6 +490,88 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// comparisonRow is one line of the table against the reference.
+type comparisonRow struct {
+	figure, mcpfleet, reference, unit string
+}
+
+// comparisonRows lists the figures of s and of the reference run ref side by side; a figure either
+// run did not measure is "—".
+func comparisonRows(s, ref *Summary) []comparisonRow {
+	f1 := func(v float64, ok bool) string {
+		if !ok {
+			return "—"
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	f2 := func(v float64, ok bool) string {
+		if !ok {
+			return "—"
+		}
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	f3 := func(v float64, ok bool) string {
+		if !ok {
+			return "—"
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	sSv, sDb, sTot, sSvOK, sDbOK := s.PerHeartbeat()
+	rSv, rDb, rTot, rSvOK, rDbOK := ref.PerHeartbeat()
+	rows := []comparisonRow{
+		{"servers registered", thousands(int64(s.Registration.Registered)), thousands(int64(ref.Registration.Registered)), "servers"},
+		{"registration rate", f1(s.Registration.RatePerSecond, s.Registration.Registered > 0), f1(ref.Registration.RatePerSecond, ref.Registration.Registered > 0), "registrations/s"},
+		{fmt.Sprintf("steady heartbeat rate achieved (N/H = %.0f)", s.Steady.ExpectedRatePerSecond), f1(s.Steady.RatePerSecond, s.Steady.Sent > 0), f1(ref.Steady.RatePerSecond, ref.Steady.Sent > 0), "heartbeats/s"},
+		{"steady latency p50", f2(s.Steady.P50Ms, s.Steady.OK > 0), f2(ref.Steady.P50Ms, ref.Steady.OK > 0), "ms"},
+		{"steady latency p99", f2(s.Steady.P99Ms, s.Steady.OK > 0), f2(ref.Steady.P99Ms, ref.Steady.OK > 0), "ms"},
+		{"steady errors", thousands(int64(s.Steady.Errors.Total)), thousands(int64(ref.Steady.Errors.Total)), "requests"},
+		{"false transitions", thousands(int64(s.FalseTransitions)), thousands(int64(ref.FalseTransitions)), "answers and servers"},
+		{"closed-loop peak (steady underneath)", f1(s.Peak.RatePerSecond, s.Peak.OK > 0), f1(ref.Peak.RatePerSecond, ref.Peak.OK > 0), "heartbeats/s"},
+		{"service CPU per heartbeat", f3(sSv, sSvOK), f3(rSv, rSvOK), "ms"},
+		{"PostgreSQL CPU per heartbeat (its database's backends)", f3(sDb, sDbOK), f3(rDb, rDbOK), "ms"},
+		{"total CPU per heartbeat", f3(sTot, sSvOK && sDbOK), f3(rTot, rSvOK && rDbOK), "ms"},
+		{"service RSS growth per server", f2(s.RSS.PerServerKiB, s.RSS.Measured), f2(ref.RSS.PerServerKiB, ref.RSS.Measured), "KiB/server"},
+	}
+	return rows
+}
+
+// writeComparison writes the table of s against the reference run ref, and the ratios the issue's
+// targets are stated in.
+func writeComparison(b *strings.Builder, s, ref *Summary) {
+	fmt.Fprintf(b, "| figure | mcpfleet | reference | unit |\n|---|---|---|---|\n")
+	for _, r := range comparisonRows(s, ref) {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(r.figure), r.mcpfleet, r.reference, r.unit)
+	}
+	if p, ok := peakRatio(s, ref); ok {
+		fmt.Fprintf(b, "\nmcpfleet's closed-loop peak is %.2f× the reference's", p)
+		if c, ok := cpuRatio(s, ref); ok {
+			fmt.Fprintf(b, "; its total CPU per heartbeat is %.2f× the reference's", c)
+		}
+		fmt.Fprintf(b, ".\n")
+	}
+}
+
+// peakRatio is mcpfleet's closed-loop peak ÷ the reference's.
+func peakRatio(s, ref *Summary) (float64, bool) {
+	if s.Peak.OK == 0 || ref == nil || ref.Peak.OK == 0 || ref.Peak.RatePerSecond == 0 {
+		return 0, false
+	}
+	return s.Peak.RatePerSecond / ref.Peak.RatePerSecond, true
+}
+
+// cpuRatio is mcpfleet's total CPU per heartbeat (service + PostgreSQL backends) ÷ the reference's.
+func cpuRatio(s, ref *Summary) (float64, bool) {
+	if ref == nil {
+		return 0, false
+	}
+	_, _, st, sOK1, sOK2 := s.PerHeartbeat()
+	_, _, rt, rOK1, rOK2 := ref.PerHeartbeat()
+	if !sOK1 || !sOK2 || !rOK1 || !rOK2 || rt == 0 {
+		return 0, false
+	}
+	return st / rt, true
 }
 
 // cell escapes a Markdown table cell.

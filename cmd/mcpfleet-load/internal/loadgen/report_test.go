@@ -136,3 +136,48 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// TestReportAgainstReference: the report sets the reference run's figures beside the service's, CPU per
+// heartbeat split into service and PostgreSQL, with the ratios the targets are stated in, and "—" for
+// what a run did not measure.
+func TestReportAgainstReference(t *testing.T) {
+	s := goodSummary()
+	s.CPU = loadgen.CPUSummary{ServiceMeasured: true, ServiceCPUSeconds: 90, DatabaseMeasured: true, DatabaseCPUSeconds: 15, DatabaseBackends: 16}
+	ref := goodSummary()
+	ref.Steady.RatePerSecond, ref.Steady.P99Ms = 9_000, 32.3
+	ref.Peak.RatePerSecond = 12_000
+	ref.CPU = loadgen.CPUSummary{ServiceMeasured: true, ServiceCPUSeconds: 75, DatabaseMeasured: true, DatabaseCPUSeconds: 120}
+	ref.RSS = loadgen.RSSSummary{}
+	s.Reference = ref
+	s.Evaluate()
+	var b strings.Builder
+	if err := loadgen.WriteMarkdown(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"## Against the naive reference",
+		"| figure | mcpfleet | reference | unit |",
+		"| steady heartbeat rate achieved (N/H = 10000) | 10000.0 | 9000.0 | heartbeats/s |",
+		"| steady latency p99 | 4.20 | 32.30 | ms |",
+		"| closed-loop peak (steady underneath) | 30000.0 | 12000.0 | heartbeats/s |",
+		"| service CPU per heartbeat | 0.150 | 0.125 | ms |",
+		"| PostgreSQL CPU per heartbeat (its database's backends) | 0.025 | 0.200 | ms |",
+		"| total CPU per heartbeat | 0.175 | 0.325 | ms |",
+		"| service RSS growth per server | 2.50 | — | KiB/server |",
+		"mcpfleet's closed-loop peak is 2.50× the reference's; its total CPU per heartbeat is 0.54× the reference's.",
+		"| steady | PostgreSQL CPU per heartbeat (16 backends of the service's database) | 0.025 | ms |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q\n---\n%s", want, md)
+		}
+	}
+	s.Reference.CPU.DatabaseMeasured = false
+	b.Reset()
+	if err := loadgen.WriteMarkdown(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if md := b.String(); !strings.Contains(md, "| total CPU per heartbeat | 0.175 | — | ms |") || strings.Contains(md, "total CPU per heartbeat is") {
+		t.Errorf("a reference without PostgreSQL CPU still got a total or a ratio:\n%s", md)
+	}
+}

@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 )
@@ -112,6 +115,9 @@ type runner struct {
 	sweepErr   error
 
 	progress atomic.Pointer[func() string]
+
+	// pg reads pg_stat_activity for the CPU of ServiceDatabase's backends; nil when not measured.
+	pg *pgx.Conn
 }
 
 // Run performs a whole load run and returns its summary. Progress goes to
@@ -132,6 +138,15 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	r := newRunner(cfg, log)
 	defer r.regHC.CloseIdleConnections()
 	defer r.hbHC.CloseIdleConnections()
+	if cfg.PGURL != "" && cfg.ServiceDatabase != "" {
+		conn, err := pgx.Connect(ctx, cfg.PGURL)
+		if err != nil {
+			r.note("PostgreSQL CPU not measured: %v", err)
+		} else {
+			r.pg = conn
+			defer conn.Close(context.WithoutCancel(ctx))
+		}
+	}
 
 	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg)}
 	s.LoadAverage[0] = loadAverage()
@@ -218,6 +233,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	tail.finish()
 	s.Tail = summarizePhase(tail, 0)
 
+	if cfg.ReferenceDatabaseURL != "" && ctx.Err() == nil {
+		s.Reference = r.runReference(ctx)
+	}
 	return s, r.conclude(ctx, s)
 }
 
@@ -309,6 +327,11 @@ func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, regis
 	if r.cfg.ServicePID > 0 {
 		svc0, svcErr = ReadCPUTime(r.cfg.ServicePID)
 	}
+	var db0 BackendCPU
+	var dbErr error
+	if r.pg != nil {
+		db0, dbErr = readBackendCPU(ctx, r.pg, r.cfg.ServiceDatabase)
+	}
 	sctx, sdone := context.WithTimeout(ctx, r.cfg.Duration)
 	swept := r.sweepLoop(sctx)
 	<-sctx.Done()
@@ -322,7 +345,25 @@ func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, regis
 	if r.cfg.ServicePID > 0 && svcErr == nil {
 		if svc1, err := ReadCPUTime(r.cfg.ServicePID); err == nil {
 			s.CPU.ServicePercent = 100 * float64(svc1-svc0) / float64(el)
+			s.CPU.ServiceCPUSeconds = (svc1 - svc0).Seconds()
 			s.CPU.ServiceMeasured = true
+		}
+	}
+	if r.pg != nil {
+		var db1 BackendCPU
+		if dbErr == nil {
+			db1, dbErr = readBackendCPU(ctx, r.pg, r.cfg.ServiceDatabase)
+		}
+		if dbErr != nil {
+			s.CPU.DatabaseError = dbErr.Error()
+			r.note("PostgreSQL CPU not measured: %v", dbErr)
+			return
+		}
+		d := db1.Delta(db0)
+		s.CPU.DatabaseMeasured, s.CPU.DatabaseCPUSeconds = true, d.CPU.Seconds()
+		s.CPU.DatabaseBackends, s.CPU.DatabaseExited = d.Backends, d.Exited
+		if d.Exited > 0 {
+			r.note("%d PostgreSQL backends of %s exited during the steady phase: their CPU after its start is not counted", d.Exited, r.cfg.ServiceDatabase)
 		}
 	}
 }
@@ -688,4 +729,40 @@ func summarizeConfig(cfg Config) RunConfig {
 		CeilingMeasured:      cfg.Ceiling && cfg.PeakDuration > 0,
 		DeregisteredAtTheEnd: cfg.Deregister,
 	}
+}
+
+// runReference starts the reference server on cfg.ReferenceDatabaseURL as a child process and drives it
+// with the same configuration (no ceiling), counting its CPU and that of its database's backends. It
+// returns the reference run's summary (partial if the run stopped early), or nil with a note if the
+// reference could not start.
+func (r *runner) runReference(ctx context.Context) *Summary {
+	pc, err := pgx.ParseConfig(r.cfg.ReferenceDatabaseURL)
+	if err != nil {
+		r.note("reference not run: --reference-database-url: %v", err)
+		return nil
+	}
+	pool := r.cfg.ReferencePool
+	if pool == 0 {
+		pool = 32
+	}
+	addr, pid, stop, err := startChild(ctx, "reference server", r.cfg.SelfExe, []string{ReferenceCommand, "--addr", "127.0.0.1:0",
+		"--database-url", r.cfg.ReferenceDatabaseURL, "--pool", strconv.Itoa(pool), "--interval", r.cfg.Interval.String()}, r.log)
+	if err != nil {
+		r.note("reference not run: %v", err)
+		return nil
+	}
+	defer stop()
+	rc := r.cfg
+	rc.BaseURL, rc.ServicePID, rc.ServiceDatabase = "http://"+addr, pid, pc.Database
+	rc.Ceiling, rc.ReferenceDatabaseURL, rc.ReportPath, rc.Strict, rc.CPUProfile = false, "", "", false, ""
+	if rc.PGURL == "" {
+		rc.PGURL = r.cfg.ReferenceDatabaseURL // its own backend is left out of the count
+	}
+	r.logf("reference: the seed's design taken literally (gin + pgx pool of %d, one UPDATE per heartbeat, a scan every %s), pid %d on %s, database %s",
+		pool, r.cfg.Interval/2, pid, addr, pc.Database)
+	rs, err := Run(ctx, rc, r.log)
+	if err != nil {
+		r.note("reference run: %v", err)
+	}
+	return rs
 }
