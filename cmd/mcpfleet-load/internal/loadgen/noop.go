@@ -101,14 +101,6 @@ func (f *firstLine) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startNoop runs exe as a no-op server child and returns its loopback
-// address. stop closes the child's stdin (which makes it exit), waits up to
-// 5 s, then kills it.
-func startNoop(ctx context.Context, exe string, stderr io.Writer) (addr string, stop func(), err error) {
-	addr, _, stop, err = startChild(ctx, "no-op server", exe, []string{NoopCommand, "--addr", "127.0.0.1:0", "--max-lifetime", "30m"}, stderr)
-	return addr, stop, err
-}
-
 // startChild runs exe with args as a server child named name (for errors), which must print
 // "listening 127.0.0.1:PORT" first on stdout, and returns that address and its pid. stop closes the
 // child's stdin (which makes it exit), waits up to 5 s, then kills it.

@@ -11,13 +11,24 @@ import (
 	"time"
 )
 
-// The targets a run is judged by.
+// The targets a run is judged by: issue 14's (the fleet size, RSS, registration rate, CPU against
+// the no-op ceiling and against the reference), and the older peak share of the ceiling.
 const (
-	TargetServers        = 100_000
+	TargetServers        = 250_000
 	TargetInterval       = 10 * time.Second
 	TargetP99            = 50 * time.Millisecond
 	TargetCeilingPercent = 60.0
-	TargetRSSKiBPerSrv   = 4.0
+	TargetRSSKiBPerSrv   = 2.5
+	// TargetRegistrationsPerSec is a whole fleet re-registering at once: 100,000 in 20 s.
+	TargetRegistrationsPerSec = 5000.0
+	// TargetCPUVsNoop bounds the service's CPU per steady heartbeat ÷ the no-op server's CPU per
+	// request in the ceiling phase.
+	TargetCPUVsNoop = 2.5
+	// TargetPeakVsReference and TargetCPUVsReference compare with the naive reference server:
+	// closed-loop peak at least this many times the reference's, total CPU per heartbeat (service +
+	// PostgreSQL backends) at most this fraction of it.
+	TargetPeakVsReference = 2.5
+	TargetCPUVsReference  = 0.35
 )
 
 // Target results.
@@ -49,6 +60,8 @@ type Summary struct {
 	// SettleSeconds is how long the run waited after registration for queued
 	// heartbeats to clear before the steady window.
 	SettleSeconds float64 `json:"settle_seconds"`
+	// CeilingCPU is the CPU the no-op server spent in the ceiling phase.
+	CeilingCPU CeilingCPU `json:"ceiling_cpu"`
 	// CeilingRatioPercent is the peak rate as a percentage of the no-op
 	// ceiling's rate (0 when either was not measured).
 	CeilingRatioPercent float64 `json:"peak_percent_of_ceiling"`
@@ -164,6 +177,20 @@ type CPUSummary struct {
 	DatabaseBackends   int     `json:"database_backends"`
 	DatabaseExited     int     `json:"database_backends_exited"`
 	DatabaseError      string  `json:"database_error,omitempty"`
+}
+
+// CeilingCPU is the CPU the no-op server of the ceiling phase spent after its warm-up.
+type CeilingCPU struct {
+	Measured bool    `json:"measured"`
+	Seconds  float64 `json:"seconds"`
+}
+
+// NoopPerRequest returns the no-op server's CPU per request answered in the ceiling phase, in ms.
+func (s *Summary) NoopPerRequest() (float64, bool) {
+	if !s.CeilingCPU.Measured || s.Ceiling.OK == 0 || s.CeilingCPU.Seconds <= 0 {
+		return 0, false
+	}
+	return 1000 * s.CeilingCPU.Seconds / float64(s.Ceiling.OK), true
 }
 
 // PerHeartbeat returns the CPU per steady heartbeat answered 200, in ms, of the service, of its
@@ -287,11 +314,43 @@ func (s *Summary) evaluate() {
 		},
 		{
 			Name:      "service RSS growth per server",
-			Threshold: fmt.Sprintf("≤ %.0f KiB", TargetRSSKiBPerSrv),
+			Threshold: fmt.Sprintf("≤ %.1f KiB", TargetRSSKiBPerSrv),
 			Measured:  rssText(s),
 			Result:    judge(s.RSS.Measured, s.RSS.PerServerKiB <= TargetRSSKiBPerSrv),
 		},
+		{
+			Name:      "registration rate",
+			Threshold: fmt.Sprintf("≥ %s registrations/s", thousands(int64(TargetRegistrationsPerSec))),
+			Measured:  fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", s.Registration.RatePerSecond, thousands(int64(s.Registration.Registered)), s.Registration.Seconds),
+			Result:    judge(s.Registration.Registered > 0, s.Registration.RatePerSecond >= TargetRegistrationsPerSec),
+		},
 	}
+	sv, _, _, svOK, _ := s.PerHeartbeat()
+	noop, noopOK := s.NoopPerRequest()
+	cpuNoop := Target{Name: "service CPU per heartbeat ÷ no-op CPU per request", Threshold: fmt.Sprintf("≤ %.1f×", TargetCPUVsNoop), Measured: "—"}
+	if svOK && noopOK {
+		cpuNoop.Measured = fmt.Sprintf("%.2f× (%.3f ms ÷ %.3f ms)", sv/noop, sv, noop)
+	}
+	cpuNoop.Result = judge(svOK && noopOK, svOK && noopOK && sv/noop <= TargetCPUVsNoop)
+	peak := Target{Name: "closed-loop peak vs the naive reference", Threshold: fmt.Sprintf("≥ %.1f×", TargetPeakVsReference), Measured: "— (no reference run)"}
+	p, pOK := peakRatio(s, s.Reference)
+	if pOK {
+		peak.Measured = fmt.Sprintf("%.2f× (%.0f vs %.0f heartbeats/s)", p, s.Peak.RatePerSecond, s.Reference.Peak.RatePerSecond)
+	}
+	peak.Result = judge(pOK, p >= TargetPeakVsReference)
+	cpuRef := Target{Name: "total CPU per heartbeat vs the naive reference", Threshold: fmt.Sprintf("≤ %.2f×", TargetCPUVsReference), Measured: "— (no reference run, or CPU not measured)"}
+	c, cOK := cpuRatio(s, s.Reference)
+	if cOK {
+		_, _, st, _, _ := s.PerHeartbeat()
+		_, _, rt, _, _ := s.Reference.PerHeartbeat()
+		cpuRef.Measured = fmt.Sprintf("%.2f× (%.3f vs %.3f ms, service + PostgreSQL)", c, st, rt)
+	}
+	cpuRef.Result = judge(cOK, c <= TargetCPUVsReference)
+	s.Targets = append(s.Targets, cpuNoop, peak, cpuRef,
+		Target{Name: "heartbeat throughput with tracing on (100 % / 1 % parent-based) vs off", Threshold: "≥ 85 % / ≥ 98 %",
+			Measured: "— (needs runs with each tracing configuration)", Result: ResultNotMeasured},
+		Target{Name: "cold start: serve to ready with the fleet in PostgreSQL", Threshold: "≤ 2 s at 250,000 servers",
+			Measured: "— (this run does not restart the service)", Result: ResultNotMeasured})
 	s.AllMet = true
 	for _, t := range s.Targets {
 		if t.Result != ResultMet {
@@ -416,6 +475,9 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 		row("ceiling", "latency p50 / p99 / max", f2(p.P50Ms)+" / "+f2(p.P99Ms)+" / "+f2(p.MaxMs), "ms")
 		row("ceiling", "errors", n(p.Errors.Total), "requests")
 	}
+	if noop, ok := s.NoopPerRequest(); ok {
+		row("ceiling", "no-op server CPU per request", fmt.Sprintf("%.3f", noop), "ms")
+	}
 	if s.Peak.OK > 0 && s.Ceiling.OK > 0 {
 		row("peak vs ceiling", "peak as a share of the no-op ceiling", f1(s.CeilingRatioPercent), "%")
 	}
@@ -482,6 +544,7 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 	fmt.Fprintf(&b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
 	fmt.Fprintf(&b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", c.PeakWorkers)
 	fmt.Fprintf(&b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered.\n")
+	fmt.Fprintf(&b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
 	if len(s.Notes) > 0 {
 		fmt.Fprintf(&b, "\n## Notes\n\n")
 		for _, note := range s.Notes {

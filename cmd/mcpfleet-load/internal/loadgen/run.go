@@ -306,12 +306,13 @@ func (r *runner) conclude(ctx context.Context, s *Summary) error {
 // measureCeiling measures the no-op server's rate into s.Ceiling (a note if it cannot).
 func (r *runner) measureCeiling(ctx context.Context, s *Summary) {
 	r.logf("ceiling: no-op gin server in a child process, %d workers for %s", r.cfg.PeakWorkers, r.cfg.PeakDuration)
-	ph, err := r.ceiling(ctx)
+	ph, cpu, cpuOK, err := r.ceiling(ctx)
 	if err != nil {
 		r.note("ceiling not measured: %v", err)
 		return
 	}
 	s.Ceiling = summarizePhase(ph, 0)
+	s.CeilingCPU = CeilingCPU{Measured: cpuOK, Seconds: cpu.Seconds()}
 	r.logf("ceiling: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms))
 }
 
@@ -684,11 +685,11 @@ func (r *runner) closedLoop(ctx context.Context, ph *phase, hc *http.Client, url
 }
 
 // ceiling measures the closed loop against a no-op gin server run as a
-// child process.
-func (r *runner) ceiling(ctx context.Context) (*phase, error) {
-	addr, stop, err := startNoop(ctx, r.cfg.SelfExe, r.log)
+// child process, and the CPU that process spent on it (after the warm-up).
+func (r *runner) ceiling(ctx context.Context) (ph *phase, cpu time.Duration, cpuOK bool, err error) {
+	addr, pid, stop, err := startChild(ctx, "no-op server", r.cfg.SelfExe, []string{NoopCommand, "--addr", "127.0.0.1:0", "--max-lifetime", "30m"}, r.log)
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
 	defer stop()
 	hc := newTransportClient(r.cfg.PeakWorkers, r.cfg.RequestTimeout)
@@ -698,14 +699,17 @@ func (r *runner) ceiling(ctx context.Context) (*phase, error) {
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"server_id":"00000000-0000-4000-8000-%012d"}`, i)
 	}
-	ph := newPhase("ceiling")
-	r.warmAndRun(ctx, ph, hc, "http://"+addr+"/v1/mcp/servers/heartbeat", n, func(k int) (*module, []byte) {
-		return nil, bodies[k]
-	})
+	url := "http://" + addr + "/v1/mcp/servers/heartbeat"
+	pick := func(k int) (*module, []byte) { return nil, bodies[k] }
+	ph = newPhase("ceiling")
+	r.closedLoop(ctx, newPhase("ceiling warm-up"), hc, url, n, min(r.cfg.PeakDuration/5, time.Second), pick)
+	c0, err0 := ReadCPUTime(pid)
+	r.closedLoop(ctx, ph, hc, url, n, r.cfg.PeakDuration, pick)
+	c1, err1 := ReadCPUTime(pid)
 	if ph.ok.Load() == 0 {
-		return nil, fmt.Errorf("no request to the no-op server succeeded (%v)", ph.errs.snapshot())
+		return nil, 0, false, fmt.Errorf("no request to the no-op server succeeded (%v)", ph.errs.snapshot())
 	}
-	return ph, nil
+	return ph, c1 - c0, err0 == nil && err1 == nil, nil
 }
 
 func ms(v float64) string { return fmt.Sprintf("%.2fms", v) }
@@ -760,9 +764,23 @@ func (r *runner) runReference(ctx context.Context) *Summary {
 	}
 	r.logf("reference: the seed's design taken literally (gin + pgx pool of %d, one UPDATE per heartbeat, a scan every %s), pid %d on %s, database %s",
 		pool, r.cfg.Interval/2, pid, addr, pc.Database)
-	rs, err := Run(ctx, rc, r.log)
+	rs, err := Run(ctx, rc, prefixWriter{"reference: ", r.log})
 	if err != nil {
 		r.note("reference run: %v", err)
 	}
 	return rs
+}
+
+// prefixWriter writes prefix before each Write to w: the reference run's progress lines (one Write
+// each) are marked as its own.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
 }
