@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	s.Tail = summarizePhase(tail, 0)
 
 	if cfg.ReferenceDatabaseURL != "" && ctx.Err() == nil {
-		s.Reference = r.runReference(ctx)
+		s.Reference = r.runReference(ctx, reg.summary.Registered)
 	}
 	return s, r.conclude(ctx, s)
 }
@@ -736,10 +736,10 @@ func summarizeConfig(cfg Config) RunConfig {
 }
 
 // runReference starts the reference server on cfg.ReferenceDatabaseURL as a child process and drives it
-// with the same configuration (no ceiling), counting its CPU and that of its database's backends. It
-// returns the reference run's summary (partial if the run stopped early), or nil with a note if the
-// reference could not start.
-func (r *runner) runReference(ctx context.Context) *Summary {
+// with the same configuration (no ceiling) and the fleet the service held (held modules, if fewer than
+// cfg.N registered), counting its CPU and that of its database's backends. It returns the reference
+// run's summary (partial if the run stopped early), or nil with a note if the reference could not start.
+func (r *runner) runReference(ctx context.Context, held int) *Summary {
 	pc, err := pgx.ParseConfig(r.cfg.ReferenceDatabaseURL)
 	if err != nil {
 		r.note("reference not run: --reference-database-url: %v", err)
@@ -759,6 +759,10 @@ func (r *runner) runReference(ctx context.Context) *Summary {
 	rc := r.cfg
 	rc.BaseURL, rc.ServicePID, rc.ServiceDatabase = "http://"+addr, pid, pc.Database
 	rc.Ceiling, rc.ReferenceDatabaseURL, rc.ReportPath, rc.Strict, rc.CPUProfile = false, "", "", false, ""
+	if held < rc.N {
+		r.note("the service held %d of the %d modules: the reference is driven with %d, the same load", held, rc.N, held)
+		rc.N = held
+	}
 	if rc.PGURL == "" {
 		rc.PGURL = r.cfg.ReferenceDatabaseURL // its own backend is left out of the count
 	}
