@@ -69,6 +69,10 @@ func (f *Fleet) Configure(ctx context.Context, req ConfigureRequest) (persistenc
 // configuration and a registration of one name can never create two servers.
 func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
+	if !f.deps.own.ownsServer(msg.req.ServerID) {
+		ctx.Respond(&configureReply{err: ErrNotOwner})
+		return
+	}
 	if id, ok := f.byModule[key]; ok {
 		if e := f.entries[id]; e != nil && e.registered {
 			ctx.Respond(&configureReply{err: &ExistsError{ServerID: id}})

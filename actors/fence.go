@@ -101,6 +101,7 @@ func (f *fleetActor) fenced(ctx actor.Context, msg *shardFenced) {
 			ctx.Stop(pid)
 		}
 	}
+	f.deps.count.Add(-int64(n))
 	f.deps.log.Error("shard claimed by another process: its writes are refused, its servers' actors stopped",
 		"shard", msg.fence.Shard, "epoch", msg.fence.Epoch, "servers", n)
 	if f.onEvent != nil {

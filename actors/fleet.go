@@ -118,6 +118,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		f.remove(ctx, msg)
 	case *shardFenced:
 		f.fenced(ctx, msg)
+	case *dropShards:
+		f.dropShards(ctx, msg)
 	case *actor.Stopping:
 		f.stopping = true
 	case *actor.Terminated:
@@ -141,6 +143,7 @@ func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) 
 	f.entries[rec.id] = &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
 	f.byModule[rec.key] = rec.id
 	f.tenants[rec.tenantID]++
+	f.deps.count.Add(1)
 	f.spawn(ctx, rec.id)
 }
 
@@ -149,7 +152,12 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
 	id, ok := f.byModule[key]
 	if !ok {
-		id = uuid.New()
+		if !f.deps.own.owns(ModuleShard(key.tenantID, key.moduleName)) {
+			endSpan(span, ErrNotOwner)
+			ctx.Respond(&registerReply{err: ErrNotOwner})
+			return
+		}
+		id = newServerID(key)
 		f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
 	}
 	pid := f.children[id]
@@ -172,6 +180,7 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	}
 	delete(f.entries, msg.serverID)
 	f.tenants[e.tenantID]--
+	f.deps.count.Add(-1)
 	if f.byModule[msg.key] == msg.serverID {
 		delete(f.byModule, msg.key)
 	}

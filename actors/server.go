@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -48,7 +49,8 @@ type serverDeps struct {
 	skills       *actor.PID
 	alerts       *actor.PID
 	stall        *lifecycle.Stall
-	own          *ownership // the shards this node holds, and their fences
+	own          *ownership    // the shards this node holds, and their fences
+	count        *atomic.Int64 // servers the fleet runs
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -110,6 +112,14 @@ func (a *serverActor) Receive(ctx actor.Context) {
 	case *evaluateMsg:
 		a.runCheck(ctx, func(ctx actor.Context) { a.evaluate(ctx, msg.round) },
 			func(actor.Context) { msg.round.done() })
+	case *handOff:
+		// Another node owns the server now: finish what is in flight, then stop.
+		a.run(ctx, func(ctx actor.Context) {
+			if a.rec.row.Status != "" {
+				a.deps.metrics.ServerStatus(a.rec.row.Status, "")
+			}
+			ctx.Poison(ctx.Self())
+		}, func(actor.Context) {})
 	case *actor.Restarting, *actor.Stopping:
 		a.dead = true
 		for _, st := range a.stash {

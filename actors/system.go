@@ -25,7 +25,6 @@ import (
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
-	"github.com/mcpfleet/mcpfleet/shard"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -47,6 +46,9 @@ type Config struct {
 	AlertWebhookSecret string
 	Flap               FlapConfig        // flapping detection; defaults 15 min, 4 transitions
 	MassSilence        MassSilenceConfig // off unless Fraction > 0
+	// Sharded is cluster mode: the fleet starts owning no shard and runs only the servers of the
+	// shards SetOwned gives it. Off (single-node mode) it owns every shard from the start.
+	Sharded bool
 }
 
 // defaults sets every zero field of c to its default (package config).
@@ -112,8 +114,12 @@ type Fleet struct {
 	timers   []func()
 	readyAt  time.Time
 	servers  int
-	own      *ownership
 	metrics  *telemetry.Metrics
+
+	store Store
+	own   *ownership
+	// ownedServers counts the servers the fleet runs (the fleet actor adds and removes them).
+	ownedServers *atomic.Int64
 
 	stopOnce sync.Once // Stop runs once; a concurrent call waits for it
 	stopErr  error
@@ -162,11 +168,14 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 	if deps.observeSystem != nil {
 		deps.observeSystem(system)
 	}
-	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics, own: &ownership{}}
-	if len(deps.Fences) > 0 {
+	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics, store: store,
+		own: &ownership{}, ownedServers: &atomic.Int64{}}
+	switch {
+	case cfg.Sharded: // cluster mode: SetOwned gives the shards, claimed as they are taken
+	case len(deps.Fences) > 0:
 		f.own.claimed(deps.Fences)
-	} else {
-		f.own.owned.Store(1<<shard.Count - 1)
+	default:
+		f.own.owned.Store(uint64(allShards))
 	}
 	defer func() {
 		if err != nil {
@@ -176,7 +185,7 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 	if err := f.spawnActors(store, deps); err != nil {
 		return nil, err
 	}
-	if err := f.load(ctx, store); err != nil {
+	if err := f.load(ctx, store, cfg.Sharded); err != nil {
 		return nil, err
 	}
 	if n, err := ReconcileSkills(ctx, store); err != nil {
@@ -267,7 +276,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &lifecycle.Stall{}, own: f.own,
+		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers,
 	}
 	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent))
 	fleetPID.Store(f.fleet)
@@ -301,8 +310,13 @@ func (f *Fleet) abort() {
 	f.system.Shutdown()
 }
 
-// load rebuilds the fleet from PostgreSQL, tenant by tenant.
-func (f *Fleet) load(ctx context.Context, store Store) error {
+// load rebuilds the fleet from PostgreSQL, tenant by tenant (none when sharded: SetOwned loads the
+// shards the node is given).
+func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
+	f.readyAt = f.clock.Now()
+	if sharded {
+		return nil
+	}
 	tenants, err := store.TenantIDs(ctx)
 	if err != nil {
 		return fmt.Errorf("load fleet: %w", err)
@@ -310,11 +324,7 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 	var all []*serverRecord
 	for _, t := range tenants {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
-			all = append(all, &serverRecord{
-				id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
-				row:               slim(s),
-				registrationTrace: carrierFromTraceID(s.TraceID),
-			})
+			all = append(all, newLoadedRecord(s))
 			return nil
 		})
 		if err != nil {
@@ -326,14 +336,31 @@ func (f *Fleet) load(ctx context.Context, store Store) error {
 		r.life = lifecycle.Restore(r.row.Status, f.readyAt, 0) // restart grace: the deadline runs from readiness
 		f.metrics.ServerStatus("", r.row.Status)
 	}
-	for i := 0; i < len(all); i += 10000 {
-		chunk := all[i:min(i+10000, len(all))]
-		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk}, time.Minute).Result(); err != nil {
-			return fmt.Errorf("load fleet: %w", err)
-		}
+	if err := f.sendLoad(all); err != nil {
+		return fmt.Errorf("load fleet: %w", err)
 	}
 	f.servers = len(all)
 	f.log.Info("fleet loaded", "servers", len(all), "tenants", len(tenants))
+	return nil
+}
+
+// newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
+func newLoadedRecord(s persistence.Server) *serverRecord {
+	return &serverRecord{
+		id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
+		row:               slim(s),
+		registrationTrace: carrierFromTraceID(s.TraceID),
+	}
+}
+
+// sendLoad hands loaded records to the fleet actor, in chunks, and waits for it to take them.
+func (f *Fleet) sendLoad(all []*serverRecord) error {
+	for i := 0; i < len(all); i += 10000 {
+		chunk := all[i:min(i+10000, len(all))]
+		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk}, time.Minute).Result(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -393,6 +420,9 @@ func (f *Fleet) serverPID(serverID uuid.UUID) *actor.PID {
 // askServer sends msg straight to the server's actor. A dead letter means no such actor: the fleet is
 // asked whether it knows the server (then it is being respawned: ErrUnavailable) or not (ErrNotFound).
 func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg any) (any, error) {
+	if !f.own.ownsServer(serverID) {
+		return nil, ErrNotOwner
+	}
 	res, err := f.ask(ctx, f.serverPID(serverID), msg)
 	if !errors.Is(err, actor.ErrDeadLetter) {
 		return res, err

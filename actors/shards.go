@@ -1,0 +1,189 @@
+package actors
+
+import (
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/lifecycle"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
+)
+
+// ErrNotOwner: this node does not own the server's shard (cluster mode: another node does, or the
+// shard is between owners). Nothing was done; the caller asks the owner instead.
+var ErrNotOwner = errors.New("this node does not own the server's shard")
+
+// ShardClaimer takes a shard's ownership in PostgreSQL: it bumps the shard's epoch and returns it, so
+// every write still carrying an older epoch (the previous owner's) is refused from then on.
+// persistence.Store satisfies it once migration 0016 is in.
+type ShardClaimer interface {
+	ClaimShard(ctx context.Context, shard int, node string) (int64, error)
+}
+
+// shardSet is a set of shards as a bit mask (shard.Count is 64).
+type shardSet uint64
+
+func (s shardSet) has(sh int) bool { return s&(1<<uint(sh)) != 0 }
+
+func (s shardSet) list() []int {
+	var out []int
+	for m := uint64(s); m != 0; m &= m - 1 {
+		out = append(out, bits.TrailingZeros64(m))
+	}
+	return out
+}
+
+func setOf(shards []int) shardSet {
+	var s shardSet
+	for _, sh := range shards {
+		s |= 1 << uint(sh)
+	}
+	return s
+}
+
+const allShards = shardSet(1<<shard.Count - 1)
+
+// set is the shards this fleet runs now.
+func (o *ownership) set() shardSet { return shardSet(o.owned.Load()) }
+
+// ModuleShard is the shard of a module name in a tenant: the shard a new server of that module is
+// created in, so every registration of a module not yet known is routed to one node (the owner of
+// this shard) and serialised there, whichever node received it. It is stable across processes.
+func ModuleShard(tenantID uuid.UUID, moduleName string) int {
+	return shard.Of(uuid.NewHash(sha1.New(), tenantID, []byte(moduleName), 5))
+}
+
+// newServerID returns a random server id in the shard of key's module.
+func newServerID(key moduleKey) uuid.UUID {
+	want := ModuleShard(key.tenantID, key.moduleName)
+	for {
+		if id := uuid.New(); shard.Of(id) == want {
+			return id
+		}
+	}
+}
+
+// dropShards tells the fleet to hand off every server of the shards: each server actor finishes what
+// it is doing and stops, and the fleet forgets it.
+type dropShards struct{ shards shardSet }
+
+// handOff stops a server actor once it is idle, its servers gauge entry removed.
+type handOff struct{}
+
+// Owned returns the shards this fleet runs, in order.
+func (f *Fleet) Owned() []int { return f.own.set().list() }
+
+// OwnedServers is the number of servers this fleet runs.
+func (f *Fleet) OwnedServers() int { return int(f.ownedServers.Load()) }
+
+// Epoch is the epoch this fleet claimed shard sh under (0: not claimed, or no claimer).
+func (f *Fleet) Epoch(sh int) int64 { return f.own.epochs[sh].Load() }
+
+// SetOwned makes the fleet run exactly the servers of shards (cluster mode; a fleet started with
+// Config.Sharded runs none until told). Shards it loses are handed off first: their servers stop
+// taking requests at once (ErrNotOwner) and their actors stop once idle. Shards it gains are claimed
+// (claimer, if not nil, under node), their servers loaded from PostgreSQL with restart grace from
+// now, and only then taken into the owned set, so a request for them waits for the load. Calls must
+// not overlap (the cluster runtime makes them from one goroutine). On an error the shards not yet
+// taken stay unowned; the caller tries again on the next topology change or tick.
+func (f *Fleet) SetOwned(ctx context.Context, shards []int, claimer ShardClaimer, node string) error {
+	want, cur := setOf(shards), f.own.set()
+	if lost := cur &^ want; lost != 0 {
+		for _, sh := range lost.list() {
+			f.own.lost(persistence.Fence{Shard: sh, Epoch: f.own.epochs[sh].Load()})
+		}
+		if _, err := f.ask(ctx, f.fleet, &dropShards{shards: lost}); err != nil {
+			return fmt.Errorf("hand off shards %v: %w", lost.list(), err)
+		}
+		f.log.Info("shards handed off", "shards", lost.list())
+	}
+	gained := want &^ f.own.set()
+	if gained == 0 {
+		return nil
+	}
+	var fences []persistence.Fence
+	if claimer != nil {
+		for _, sh := range gained.list() {
+			epoch, err := claimer.ClaimShard(ctx, sh, node)
+			if err != nil {
+				return fmt.Errorf("claim shard %d: %w", sh, err)
+			}
+			fences = append(fences, persistence.Fence{Shard: sh, Epoch: epoch})
+		}
+	}
+	start := time.Now()
+	n, err := f.loadShards(ctx, gained)
+	if err != nil {
+		return err
+	}
+	if fences != nil {
+		f.own.claimed(fences) // owned under these epochs; every write of their servers is fenced by them
+	} else {
+		f.own.owned.Store(uint64(f.own.set() | gained))
+	}
+	f.log.Info("shards taken", "shards", gained.list(), "servers", n, "took", time.Since(start).String())
+	return nil
+}
+
+// loadShards loads the servers of shards from PostgreSQL into the fleet, with restart grace from now.
+func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
+	tenants, err := f.store.TenantIDs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("load shards: %w", err)
+	}
+	var all []*serverRecord
+	for _, t := range tenants {
+		err := f.store.LoadServers(ctx, t, func(s persistence.Server) error {
+			if shards.has(shard.Of(s.ServerID)) {
+				all = append(all, newLoadedRecord(s))
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("load shards: %w", err)
+		}
+	}
+	now := f.clock.Now()
+	for _, r := range all {
+		r.life = lifecycle.Restore(r.row.Status, now, 0) // grace runs from the moment this node took the shard
+		f.metrics.ServerStatus("", r.row.Status)
+	}
+	if err := f.sendLoad(all); err != nil {
+		return 0, fmt.Errorf("load shards: %w", err)
+	}
+	return len(all), nil
+}
+
+// dropShards is the fleet actor's half of a hand-off.
+func (f *fleetActor) dropShards(ctx actor.Context, msg *dropShards) {
+	var ids []uuid.UUID
+	for id := range f.entries {
+		if msg.shards.has(shard.Of(id)) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	for _, id := range ids {
+		e := f.entries[id]
+		delete(f.entries, id)
+		f.tenants[e.tenantID]--
+		if f.byModule[e.key] == id {
+			delete(f.byModule, e.key)
+		}
+		if pid := f.children[id]; pid != nil {
+			f.removing[id] = true
+			delete(f.children, id)
+			ctx.Send(pid, &handOff{})
+		}
+	}
+	f.deps.count.Add(-int64(len(ids)))
+	ctx.Respond(&loaded{})
+}
