@@ -1,0 +1,402 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpfleet/mcpfleet/internal/wait"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
+	"github.com/mcpfleet/mcpfleet/shard"
+)
+
+// failoverBound is the stated bound from kill -9 of a node to every one of its shards owned again:
+// etcd's lease TTL (3 s, the provider's) until the dead member's key expires, plus the watch, the
+// epoch claims and the load of its servers from PostgreSQL, with room for a loaded 2-core machine.
+const failoverBound = 15 * time.Second
+
+// Three real nodes (the mcpfleet binary, out of process) on a private etcd and one PostgreSQL:
+// servers registered through any node, every shard and server owned by exactly one node, kill -9 of
+// a node → its shards owned again within failoverBound, and no false unhealthy while the servers
+// kept heartbeating through the surviving nodes.
+func TestClusterOwnershipAndFailover(t *testing.T) {
+	etcdBin := etcdBinary(t)
+	ctx := context.Background()
+	bin := buildService(t)
+	etcdURL := startEtcd(t, etcdBin)
+	db := pgtest.New(t)
+	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	tenant, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modKey, err := admin.CreateAPIKey(ctx, tenant, persistence.RoleModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const interval = 2 * time.Second // H: unhealthy after 3H = 6 s of silence
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, startNode(t, bin, fmt.Sprintf("n%d", i+1), db.AppURL, etcdURL, interval))
+	}
+	waitOwnership(t, nodes, 0, 30*time.Second)
+
+	// Register through every node in turn; the registration lands on the owner of the module's shard.
+	const servers = 30
+	ids := make([]string, servers)
+	for i := range ids {
+		n := nodes[i%len(nodes)]
+		var out struct {
+			ServerID string `json:"server_id"`
+			Status   string `json:"status"`
+		}
+		n.post(t, "/v1/mcp/servers/register", modKey.APIKey, map[string]any{"module_name": fmt.Sprintf("mod-%02d", i), "version": "1.0.0",
+			"supported_protocols": []string{"2025-11-25"}}, &out)
+		if out.ServerID == "" || out.Status != "healthy" {
+			t.Fatalf("registration %d through %s: %+v", i, n.name, out)
+		}
+		ids[i] = out.ServerID
+	}
+	// Registering again through another node finds the same server (one server per module).
+	var again struct {
+		ServerID string `json:"server_id"`
+	}
+	nodes[1].post(t, "/v1/mcp/servers/register", modKey.APIKey, map[string]any{"module_name": "mod-00", "version": "1.0.1",
+		"supported_protocols": []string{"2025-11-25"}}, &again)
+	if again.ServerID != ids[0] {
+		t.Fatalf("re-registration of mod-00 through n2: server %s, want %s", again.ServerID, ids[0])
+	}
+	waitOwnership(t, nodes, servers, 10*time.Second)
+
+	// Every server heartbeats through a random live node, every H/2.
+	var alive atomic.Pointer[[]*node]
+	alive.Store(&nodes)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed, ok atomic.Int64
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(interval / 2)
+			defer tick.Stop()
+			for k := i; ; k++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				live := *alive.Load()
+				if live[k%len(live)].heartbeat(id, modKey.APIKey) {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+
+	// kill -9 the node owning the most servers (it has at least one shard: 64 over 3).
+	victim := nodes[0]
+	for _, n := range nodes {
+		if len(n.readyz(t).Cluster.Shards) > len(victim.readyz(t).Cluster.Shards) {
+			victim = n
+		}
+	}
+	var survivors []*node
+	for _, n := range nodes {
+		if n != victim {
+			survivors = append(survivors, n)
+		}
+	}
+	lost := victim.readyz(t).Cluster.Shards
+	alive.Store(&survivors)
+	killedAt := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitOwnership(t, survivors, servers, failoverBound)
+	took := time.Since(killedAt)
+	t.Logf("kill -9 of %s (%d shards) → all 64 shards owned by the 2 survivors in %s (bound %s)", victim.name, len(lost), took.Round(time.Millisecond), failoverBound)
+
+	// Keep heartbeating for more than 3H + a monitor period after the takeover: nothing may turn
+	// degraded or unhealthy (the moved servers got grace from the takeover, and heartbeats reached
+	// their new owner through either survivor).
+	// Each server heartbeats every H/2: 8 accepted heartbeats each span 4H, past 3H + the period.
+	before := ok.Load()
+	wait.For(t, "8 accepted heartbeats per server after the takeover", 30*time.Second, func() bool { return ok.Load()-before >= 8*servers })
+	conn, err := pgx.Connect(ctx, db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var bad []string
+	rows, err := conn.Query(ctx, `SELECT server_id::text || ' ' || kind FROM audit_events
+		WHERE kind IN ('mcp.server.degraded', 'mcp.server.unhealthy') ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Errorf("false transitions while every server heartbeated: %v", bad)
+	}
+	var notHealthy int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE status <> 'healthy'`).Scan(&notHealthy); err != nil {
+		t.Fatal(err)
+	}
+	if notHealthy > 0 {
+		t.Errorf("%d servers not healthy at the end", notHealthy)
+	}
+	t.Logf("heartbeats: %d accepted, %d refused (503 while a dead owner was not yet noticed)", ok.Load(), failed.Load())
+}
+
+// node is one mcpfleet process of the test cluster.
+type node struct {
+	name, url, addr string
+	cmd             *exec.Cmd
+	log             *lockedBuffer
+}
+
+type readyz struct {
+	Status  string `json:"status"`
+	Cluster struct {
+		Node         string   `json:"node"`
+		Members      []string `json:"members"`
+		Shards       []int    `json:"shards"`
+		ServersOwned int      `json:"servers_owned"`
+		Ready        bool     `json:"ready"`
+	} `json:"cluster"`
+}
+
+func (n *node) readyz(t testing.TB) readyz {
+	t.Helper()
+	var r readyz
+	resp, err := http.Get(n.url + "/readyz")
+	if err != nil {
+		return r
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	return r
+}
+
+func (n *node) post(t testing.TB, path, key string, body any, out any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", n.url+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", n.name, path, err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %d %s", n.name, path, resp.StatusCode, rb)
+	}
+	if err := json.Unmarshal(rb, out); err != nil {
+		t.Fatalf("%s %s: %v: %s", n.name, path, err, rb)
+	}
+}
+
+var hbClient = &http.Client{Timeout: 10 * time.Second}
+
+// heartbeat sends one heartbeat of server id through n and reports whether it was accepted.
+func (n *node) heartbeat(id, key string) bool {
+	req, _ := http.NewRequest("POST", n.url+"/v1/mcp/servers/heartbeat", strings.NewReader(`{"server_id":"`+id+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hbClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitOwnership waits until the nodes agree on their membership (exactly these nodes), their shards
+// partition 0..63 (each shard owned by exactly one of them) and the servers they run add up to servers.
+func waitOwnership(t testing.TB, nodes []*node, servers int, limit time.Duration) {
+	t.Helper()
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("ownership not settled within %s: %s", limit, last)
+		}
+	}()
+	wait.For(t, "the nodes' shards to partition all shards and their servers to add up", limit, func() bool {
+		var want []string
+		for _, n := range nodes {
+			want = append(want, n.addr)
+		}
+		slices.Sort(want)
+		owner := map[int]string{}
+		total := 0
+		for _, n := range nodes {
+			r := n.readyz(t)
+			if !r.Cluster.Ready || !slices.Equal(r.Cluster.Members, want) {
+				last = fmt.Sprintf("%s: ready=%v members=%v, want %v", n.name, r.Cluster.Ready, r.Cluster.Members, want)
+				return false
+			}
+			for _, s := range r.Cluster.Shards {
+				if o, ok := owner[s]; ok {
+					last = fmt.Sprintf("shard %d owned by %s and %s", s, o, n.name)
+					return false
+				}
+				owner[s] = n.name
+			}
+			total += r.Cluster.ServersOwned
+		}
+		if len(owner) != shard.Count || total != servers {
+			last = fmt.Sprintf("%d shards owned, %d servers run (want %d, %d)", len(owner), total, shard.Count, servers)
+			return false
+		}
+		return true
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// etcdBinary finds etcd (Debian's etcd-server installs /usr/bin/etcd). Without it the test is skipped
+// under -short and fails otherwise: `make test` must not pass without having run it.
+func etcdBinary(t testing.TB) string {
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p
+	}
+	if testing.Short() {
+		t.Skip("etcd not found (apt-get install etcd-server): the cluster test needs a real etcd")
+	}
+	t.Fatal("etcd not found (apt-get install etcd-server): the cluster test needs a real etcd; -short skips it")
+	return ""
+}
+
+// buildService builds cmd/mcpfleet into a temporary directory.
+func buildService(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "mcpfleet")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/mcpfleet")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the service: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePort returns a port that was free a moment ago on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startEtcd starts a private single-member etcd on random loopback ports in a temporary directory
+// and returns its client URL once it answers.
+func startEtcd(t testing.TB, bin string) string {
+	t.Helper()
+	dir := t.TempDir()
+	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(bin, "--name", "test", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "test="+peer)
+	log := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	wait.For(t, "etcd to answer /health", 20*time.Second, func() bool {
+		resp, err := http.Get(client + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return client
+}
+
+// startNode starts one cluster node and waits until it serves.
+func startNode(t testing.TB, bin, name, dbURL, etcdURL string, interval time.Duration) *node {
+	t.Helper()
+	n := &node{name: name, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), log: &lockedBuffer{}}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	n.url = "http://" + httpAddr
+	n.cmd = exec.Command(bin, "serve")
+	n.cmd.Env = append(os.Environ(),
+		"MCPFLEET_DATABASE_URL="+dbURL, "MCPFLEET_HTTP_ADDR="+httpAddr, "MCPFLEET_METRICS_ADDR=off",
+		"MCPFLEET_HEARTBEAT_INTERVAL="+interval.String(), "MCPFLEET_MONITOR_INTERVAL=500ms", "MCPFLEET_LOG_LEVEL=info",
+		"MCPFLEET_CLUSTER_ETCD="+etcdURL, "MCPFLEET_CLUSTER_NAME=test", "MCPFLEET_CLUSTER_ADDR="+n.addr)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s (%s) log:\n%s", name, n.addr, tail(n.log.String(), 4000))
+		}
+	})
+	wait.For(t, name+" to answer /readyz", 30*time.Second, func() bool { return n.readyz(t).Status != "" })
+	return n
+}
+
+// lockedBuffer is a log buffer safe for a process's two writers and the test's reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,490 @@
+// Package cluster is mcpfleet's cluster runtime: membership through protoactor-go's cluster with the
+// etcd provider, the map of shards to members (rendezvous hashing over the members), eager hand-over of
+// shards on every topology change, and the transport that forwards a request to the node that owns a
+// shard (protoactor remote over gRPC).
+//
+// It knows nothing of servers: the node is told what to do with the shards it gains or loses (an
+// Ownership function, the fleet's SetOwned) and what to answer to a forwarded request (a Handler).
+// docs/cluster.md says how it works around the pinned protoactor-go's problems.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/mcpfleet/mcpfleet/shard"
+)
+
+// Config configures a node.
+type Config struct {
+	Etcd []string // etcd endpoints
+	Name string   // the cluster's name: nodes of one name share the shards
+	Addr string   // host:port for cluster traffic, listened on and advertised
+	Log  *slog.Logger
+	// WatchdogInterval is how often the node checks its own membership key in etcd; default 1 s.
+	WatchdogInterval time.Duration
+}
+
+// Handler answers a request another node forwarded (Forward). It runs on a goroutine of its own, with
+// a context bounded by ForwardTimeout; its answer goes back to the caller as is.
+type Handler func(ctx context.Context, req []byte) []byte
+
+// Ownership makes the node run exactly the servers of shards. The node calls it from one goroutine
+// (never concurrently), on start and on every change of the shards it owns; on an error it calls it
+// again a second later with the then current shards.
+type Ownership func(ctx context.Context, shards []int) error
+
+// ForwardTimeout bounds one forwarded request: the caller's wait and the handler's context.
+const ForwardTimeout = 3 * time.Second
+
+// maxInFlight bounds the forwarded requests a node handles at once; beyond it a request is refused
+// at once with ErrBusy (the caller retries), so a burst cannot pile up goroutines without bound.
+const maxInFlight = 4096
+
+// etcdBaseKey is the prefix of the membership keys in etcd: <base>/<name>/<name>@<actor system id>.
+const etcdBaseKey = "/mcpfleet"
+
+// leaveTimeout bounds protoactor's part of leaving (its graceful shutdown sleeps 2 s).
+const leaveTimeout = 5 * time.Second
+
+// routerName is the actor every node runs to take forwarded requests.
+const routerName = "mcpfleet-router"
+
+var (
+	// ErrBusy: the owner refused a forwarded request because it handles maxInFlight already.
+	ErrBusy = errors.New("cluster: owner busy")
+	// ErrNoRoute: the request could not reach the owner (unreachable, stopped, or no answer in time).
+	ErrNoRoute = errors.New("cluster: owner not reachable")
+)
+
+// Node is this process's membership of the cluster. Its methods are safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	handler Handler
+	apply   Ownership
+	etcd    *clientv3.Client
+	slots   chan struct{}
+
+	mu      sync.Mutex
+	member  *member
+	selfIn  bool // our membership key is in etcd (the watchdog's last verdict)
+	owners  [shard.Count]string
+	applied []int // the shards Ownership last accepted
+	ready   bool  // Ownership accepted the shards of a topology that includes this node
+	leaving bool
+	rejoins int
+
+	kick chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// member is one incarnation of this node in protoactor's cluster: an actor system with remote, the
+// etcd provider and the router actor. A node that lost its key in etcd (issue #1133) starts a new one.
+type member struct {
+	system *actor.ActorSystem
+	c      *pcluster.Cluster
+	key    string
+	topo   []string // other members' addresses, as this incarnation's last topology event listed them (guarded by Node.mu)
+}
+
+// Start joins the cluster and returns once this node is a member and Ownership accepted its first
+// shards (which may be none while the others still hold them: the topology decides). It fails if etcd
+// is unreachable or the address cannot be listened on.
+func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*Node, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.WatchdogInterval <= 0 {
+		cfg.WatchdogInterval = time.Second
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd client: %w", err)
+	}
+	n := &Node{cfg: cfg, log: cfg.Log.With("component", "cluster", "node", cfg.Addr), handler: handler, apply: apply, etcd: cli,
+		slots: make(chan struct{}, maxInFlight), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = cli.Get(c, etcdBaseKey+"/"+cfg.Name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Etcd, err)
+	}
+	m, err := n.startMember()
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	n.mu.Lock()
+	n.member, n.selfIn = m, true
+	n.mu.Unlock()
+	n.wg.Add(2)
+	go n.applyLoop()
+	go n.watchdog()
+	n.poke()
+	for {
+		if n.Ready() {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			n.Close()
+			return nil, fmt.Errorf("cluster: join: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// startMember starts a new incarnation in protoactor's cluster: a fresh actor system (a fresh member
+// id, so the others do not hold a block on it), remote on cfg.Addr, the router and the etcd provider.
+func (n *Node) startMember() (m *member, err error) {
+	host, portS, err := net.SplitHostPort(n.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: address %q: %w", n.cfg.Addr, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: address %q: %w", n.cfg.Addr, err)
+	}
+	log := n.log
+	system := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
+		actor.WithDeadLetterRequestLogging(false),
+	)
+	provider, err := etcd.NewWithConfig(etcdBaseKey, clientv3.Config{Endpoints: n.cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd provider: %w", err)
+	}
+	c := pcluster.New(system, pcluster.Configure(n.cfg.Name, provider, disthash.New(), remote.Configure(host, port)))
+	m = &member{system: system, c: c, key: fmt.Sprintf("%s/%s/%s@%s", etcdBaseKey, n.cfg.Name, n.cfg.Name, system.ID)}
+	system.EventStream.Subscribe(func(ev any) {
+		if t, ok := ev.(*pcluster.ClusterTopology); ok {
+			n.topology(m, t)
+		}
+	})
+	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.route(system)), routerName); err != nil {
+		return nil, fmt.Errorf("cluster: router: %w", err)
+	}
+	defer func() {
+		if r := recover(); r != nil { // StartMember panics when the provider cannot register
+			err = fmt.Errorf("cluster: join as %s: %v", n.cfg.Addr, r)
+			if c.Remote != nil {
+				c.Remote.Shutdown(false)
+			}
+			system.Shutdown()
+		}
+	}()
+	c.StartMember()
+	n.log.Info("joined the cluster", "cluster", n.cfg.Name, "member_id", system.ID)
+	return m, nil
+}
+
+// topology records the members m's last topology event lists (other than this node's address).
+func (n *Node) topology(m *member, t *pcluster.ClusterTopology) {
+	var addrs []string
+	for _, mem := range t.Members {
+		if a := net.JoinHostPort(mem.Host, strconv.Itoa(int(mem.Port))); a != n.cfg.Addr {
+			addrs = append(addrs, a)
+		}
+	}
+	slices.Sort(addrs)
+	n.mu.Lock()
+	m.topo = addrs
+	n.mu.Unlock()
+	n.poke()
+}
+
+// others returns the other members the current incarnation sees. n.mu must be held.
+func (n *Node) others() []string {
+	if n.member == nil {
+		return nil
+	}
+	return slices.Clone(n.member.topo)
+}
+
+func (n *Node) poke() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop recomputes the shard map on every kick and hands the shards this node owns to Ownership.
+func (n *Node) applyLoop() {
+	defer n.wg.Done()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.kick:
+		case <-retry.C:
+		}
+		n.mu.Lock()
+		members := n.others()
+		if n.selfIn && !n.leaving {
+			members = append(members, n.cfg.Addr)
+		}
+		owners := Assign(members)
+		n.owners = owners
+		owned := Owned(owners, n.cfg.Addr)
+		same := slices.Equal(owned, n.applied) && n.applied != nil
+		selfIn := n.selfIn
+		n.mu.Unlock()
+		if same {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := n.apply(ctx, owned)
+		cancel()
+		if err != nil {
+			n.log.Error("taking the shards failed; retrying in 1s", "shards", owned, "err", err)
+			retry.Reset(time.Second)
+			continue
+		}
+		n.mu.Lock()
+		n.applied = append([]int{}, owned...)
+		n.ready = selfIn
+		n.mu.Unlock()
+		n.log.Info("shards owned", "count", len(owned), "members", len(members))
+	}
+}
+
+// watchdog checks, every WatchdogInterval, that this node's membership key is in etcd. protoactor's
+// etcd provider puts the key back after a lease expired (an etcd outage longer than the 3 s TTL) but
+// then skips its own key in the watch, so it never re-adds itself to its member list (upstream #1133),
+// and the other members keep the old member id blocked. The watchdog does not trust that list about
+// this node: while the key is present the node counts itself a member; once the key is gone, the node
+// owns nothing, leaves that incarnation and joins again under a new member id.
+func (n *Node) watchdog() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.WatchdogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		m, leaving := n.member, n.leaving
+		n.mu.Unlock()
+		if leaving || m == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := n.etcd.Get(ctx, m.key, clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			continue // etcd unreachable: nobody can change the topology either; keep what we own
+		}
+		if resp.Count > 0 {
+			n.mu.Lock()
+			changed := !n.selfIn
+			n.selfIn = true
+			n.mu.Unlock()
+			if changed {
+				n.poke()
+			}
+			continue
+		}
+		n.log.Warn("this node's membership key is gone from etcd (its lease expired): giving up every shard and joining again")
+		n.mu.Lock()
+		n.selfIn = false
+		n.ready = false
+		n.mu.Unlock()
+		n.poke()
+		n.rejoin(m)
+	}
+}
+
+// rejoin replaces incarnation old by a new one.
+func (n *Node) rejoin(old *member) {
+	done := make(chan struct{})
+	go func() { old.c.Shutdown(true); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(leaveTimeout):
+		n.log.Warn("protoactor's cluster shutdown of the lost incarnation did not finish; leaving it behind")
+	}
+	for {
+		m, err := n.startMember()
+		if err == nil {
+			n.mu.Lock()
+			n.member, n.selfIn = m, true
+			n.rejoins++
+			n.mu.Unlock()
+			n.poke()
+			return
+		}
+		n.log.Error("joining the cluster again failed; retrying", "err", err)
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// route is the router actor: it answers forwarded requests through the Handler, each on a goroutine
+// of its own (bounded by maxInFlight), so one slow request does not hold up the others.
+func (n *Node) route(system *actor.ActorSystem) actor.ReceiveFunc {
+	return func(ctx actor.Context) {
+		msg, ok := ctx.Message().(*wrapperspb.BytesValue)
+		sender := ctx.Sender()
+		if !ok || sender == nil {
+			return
+		}
+		select {
+		case n.slots <- struct{}{}:
+		default:
+			ctx.Respond(&wrapperspb.StringValue{Value: ErrBusy.Error()})
+			return
+		}
+		go func() {
+			defer func() { <-n.slots }()
+			c, cancel := context.WithTimeout(context.Background(), ForwardTimeout)
+			defer cancel()
+			out := n.handler(c, msg.Value)
+			system.Root.Send(sender, &wrapperspb.BytesValue{Value: out})
+		}()
+	}
+}
+
+// Owner returns the address of the member that owns shard sh as this node sees the topology, and
+// whether that is this node. It is "" when the node sees no member (it has left, or lost its key).
+func (n *Node) Owner(sh int) (addr string, self bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	addr = n.owners[sh]
+	return addr, addr != "" && addr == n.cfg.Addr
+}
+
+// Forward sends req to the router of the member at addr and returns its Handler's answer. It fails
+// with ErrNoRoute when no answer comes within ForwardTimeout (or ctx's deadline, if sooner) and with
+// ErrBusy when the owner is at its limit.
+func (n *Node) Forward(ctx context.Context, addr string, req []byte) ([]byte, error) {
+	n.mu.Lock()
+	m := n.member
+	n.mu.Unlock()
+	if m == nil {
+		return nil, ErrNoRoute
+	}
+	timeout := ForwardTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: deadline passed", ErrNoRoute)
+	}
+	res, err := m.system.Root.RequestFuture(actor.NewPID(addr, routerName), &wrapperspb.BytesValue{Value: req}, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoRoute, addr, err)
+	}
+	switch r := res.(type) {
+	case *wrapperspb.BytesValue:
+		return r.Value, nil
+	case *wrapperspb.StringValue:
+		return nil, fmt.Errorf("%w: %s", ErrBusy, addr)
+	}
+	return nil, fmt.Errorf("%w: %s answered %T", ErrNoRoute, addr, res)
+}
+
+// Status is what the node sees of the cluster, for /readyz and /metrics.
+type Status struct {
+	Self    string   // this node's address
+	Members []string // every member it sees, itself included while it is a member, sorted
+	Owned   []int    // the shards it owns (as Ownership last accepted them), in order
+	Ready   bool     // it is a member and owns its share
+	Rejoins int      // times the watchdog made it join again
+}
+
+// Status returns what the node sees now.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	members := n.others()
+	if n.selfIn && !n.leaving {
+		members = append(members, n.cfg.Addr)
+	}
+	slices.Sort(members)
+	return Status{Self: n.cfg.Addr, Members: members, Owned: slices.Clone(n.applied), Ready: n.ready && !n.leaving, Rejoins: n.rejoins}
+}
+
+// Ready reports whether the node is a member and Ownership accepted the shards of its last topology.
+func (n *Node) Ready() bool { return n.Status().Ready }
+
+// Leave hands this node's shards over and leaves the cluster: it deletes its membership key (the
+// others see it at once and take its shards), then gives up every shard (Ownership with none). After
+// Leave the node owns nothing and forwards nothing; Close releases the rest. ctx bounds the hand-over.
+func (n *Node) Leave(ctx context.Context) error {
+	n.mu.Lock()
+	if n.leaving {
+		n.mu.Unlock()
+		return nil
+	}
+	n.leaving = true
+	n.mu.Unlock()
+	close(n.stop)
+	n.wg.Wait() // the loops are done: nothing else calls Ownership or replaces the member
+	n.mu.Lock()
+	m := n.member
+	n.mu.Unlock()
+	var errs []error
+	if m != nil {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := n.etcd.Delete(c, m.key); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: leave: delete membership key: %w", err))
+		}
+		cancel()
+	}
+	if err := n.apply(ctx, nil); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: leave: give up shards: %w", err))
+	}
+	n.mu.Lock()
+	n.applied, n.owners, n.ready = nil, [shard.Count]string{}, false
+	n.mu.Unlock()
+	if m != nil {
+		// protoactor's graceful shutdown deregisters through etcd with no deadline (and sleeps 2 s): bound it,
+		// so a node whose etcd is gone still exits.
+		done := make(chan struct{})
+		go func() { m.c.Shutdown(true); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			n.log.Warn("protoactor's cluster shutdown did not finish; leaving it behind", "err", ctx.Err())
+		case <-time.After(leaveTimeout):
+			n.log.Warn("protoactor's cluster shutdown did not finish; leaving it behind", "after", leaveTimeout.String())
+		}
+	}
+	n.log.Info("left the cluster")
+	return errors.Join(errs...)
+}
+
+// nopZap silences the etcd client's own logger (zap); the node logs what matters through slog.
+func nopZap() *zap.Logger { return zap.NewNop() }
+
+// Close leaves the cluster if the node has not (see Leave) and releases the etcd client.
+func (n *Node) Close() {
+	_ = n.Leave(context.Background())
+	_ = n.etcd.Close()
+}
