@@ -636,7 +636,7 @@ func remoteError(err error) error {
 		return p
 	case errors.Is(err, persistence.ErrNotFound), errors.Is(err, actors.ErrNotFound):
 		return problem(http.StatusNotFound, "not_found", "no such server in this tenant")
-	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrDeregistered), errors.Is(err, persistence.ErrServerLimit):
+	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrNotOwner), errors.Is(err, actors.ErrDeregistered), errors.Is(err, persistence.ErrServerLimit):
 		return fleetError(err)
 	}
 	if errors.Is(err, mcpclient.ErrInvalidConfig) {

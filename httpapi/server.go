@@ -85,6 +85,20 @@ type Deps struct {
 	Gateway Gateway
 	// MCP is the MCP endpoint for agents, served at /mcp (mcp.go); optional.
 	MCP http.Handler
+	// Cluster, in cluster mode, reports what this node sees of the cluster for /readyz (nil: single node).
+	Cluster func() ClusterStatus
+}
+
+// ClusterStatus is the cluster part of /readyz: this node, the members it sees and what it owns.
+type ClusterStatus struct {
+	Node    string   `json:"node"`
+	Members []string `json:"members"`
+	Shards  []int    `json:"shards"` // the shards this node owns
+
+	ServersOwned int `json:"servers_owned"`
+	// Ready is false while the node is not a member owning its share (joining, rejoining after its
+	// etcd lease expired, leaving): /readyz then answers 503 so a balancer sends traffic elsewhere.
+	Ready bool `json:"ready"`
 }
 
 // Server is the HTTP API.
@@ -241,13 +255,22 @@ func (s *Server) readyz(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "starting"})
 		return
 	}
+	body := gin.H{"status": "ready", "database": "ok"}
+	if s.deps.Cluster != nil {
+		cs := s.deps.Cluster()
+		body["cluster"] = cs
+		if !cs.Ready {
+			body["status"] = "not_a_member"
+			c.JSON(http.StatusServiceUnavailable, body)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		// Still ready: heartbeats are accepted and the health state machine runs in memory while the
 		// database is away; taking the instance out of rotation would turn an outage into false alarms.
-		c.JSON(http.StatusOK, gin.H{"status": "degraded", "database": "unreachable"})
-		return
+		body["status"], body["database"] = "degraded", "unreachable"
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready", "database": "ok"})
+	c.JSON(http.StatusOK, body)
 }

@@ -254,7 +254,7 @@ func fleetError(err error) error {
 		return problem(http.StatusNotFound, "server_not_registered", "no server with this server_id is registered: register first (POST /v1/mcp/servers/register)")
 	case errors.Is(err, actors.ErrDeregistered):
 		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
-	case errors.Is(err, actors.ErrUnavailable):
+	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrNotOwner):
 		return unavailable("the request could not be made durable right now; nothing was recorded: retry", 2*time.Second, err)
 	case errors.Is(err, persistence.ErrNotOwned):
 		return notOwned("an administrator configured a server under this module_name: only an admin key may re-register it")

@@ -1,13 +1,19 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"regexp"
 	"strconv"
 
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/cluster"
 	"github.com/mcpfleet/mcpfleet/config"
+	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // ClusterConfig switches cluster mode on (docs/cluster.md). All three settings are given together or
@@ -82,3 +88,35 @@ func checkAdvertisedAddr(v string) error {
 	}
 	return nil
 }
+
+// joinCluster joins the cluster (cluster mode): the node takes its share of the shards, loading
+// their servers into the fleet, before Start goes on, and requests for servers are routed from then on.
+func (s *Service) joinCluster(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s.routed = &routedFleet{local: s.fleet, modules: s.store, timeout: cfg.WriteTimeout}
+	node, err := cluster.Start(ctx, cluster.Config{Etcd: cfg.Cluster.Etcd, Name: cfg.Cluster.Name, Addr: cfg.Cluster.Addr, Log: log},
+		s.routed.serve, func(ctx context.Context, shards []int) error {
+			return s.fleet.SetOwned(ctx, shards, s.store, s.node) // each shard's epoch claimed as it is taken
+		})
+	if err != nil {
+		return err
+	}
+	s.member, s.routed.node = node, node
+	return s.metrics.ObserveCluster(func() telemetry.ClusterView {
+		st := node.Status()
+		return telemetry.ClusterView{Members: st.Members, Shards: len(st.Owned), Servers: s.fleet.OwnedServers(), Rejoins: st.Rejoins}
+	})
+}
+
+// clusterStatus is the cluster part of /readyz (nil in single-node mode).
+func (s *Service) clusterStatus() func() httpapi.ClusterStatus {
+	if s.member == nil {
+		return nil
+	}
+	return func() httpapi.ClusterStatus {
+		st := s.member.Status()
+		return httpapi.ClusterStatus{Node: st.Self, Members: st.Members, Shards: st.Owned, ServersOwned: s.fleet.OwnedServers(), Ready: st.Ready}
+	}
+}
+
+// Member is the cluster membership (nil in single-node mode).
+func (s *Service) Member() *cluster.Node { return s.member }

@@ -17,14 +17,14 @@ import (
 // the legacy format are sealed again, bound to their endpoint's origin, before anything can use them; a
 // failure of that pass is logged, not fatal (the credentials it missed read as credential_unreadable
 // until the next start).
-func (s *Service) newRemote(ctx context.Context, cfg Config, log *slog.Logger) *remote.Service {
+func (s *Service) newRemote(ctx context.Context, cfg Config, log *slog.Logger, fleet remote.Fleet) *remote.Service {
 	if cfg.SecretKey == nil {
 		log.Warn("MCPFLEET_SECRET_KEY is not set: MCP servers that need a credential cannot be configured or reached")
 	}
 	r := remote.New(remote.Config{
 		AllowHosts: cfg.EndpointAllowlist, Timeout: cfg.MCPTimeout, ProbeInterval: cfg.HeartbeatInterval,
 		ProbeConcurrency: cfg.ProbeConcurrency, ClientVersion: "mcpfleet", MaxToolsPerServer: cfg.MaxToolsPerServer,
-	}, remote.Deps{Store: s.store, Fleet: s.fleet, Key: cfg.SecretKey, Log: log, Observer: s.MCPObserver()})
+	}, remote.Deps{Store: s.store, Fleet: fleet, Key: cfg.SecretKey, Log: log, Observer: s.MCPObserver()})
 	if n, err := r.ResealLegacyCredentials(ctx); err != nil {
 		log.Error("legacy credentials not all sealed again for their endpoint's origin", "resealed", n, "err", err)
 	} else if n > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/cluster"
 	"github.com/mcpfleet/mcpfleet/gateway"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/httpapi"
@@ -63,6 +64,10 @@ type Service struct {
 	gateway    *gateway.Gateway
 	mcp        *mcpendpoint.Endpoint
 	api        *httpapi.Server
+	// member is this process's cluster membership, routed the fleet as the API sees it (both nil in
+	// single-node mode).
+	member *cluster.Node
+	routed *routedFleet
 }
 
 // Start starts the service and returns once it is ready and listening. If it fails, whatever it had
@@ -70,9 +75,6 @@ type Service struct {
 func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Cluster.Enabled() {
-		return nil, errors.New("cluster mode (MCPFLEET_CLUSTER_ETCD) is not available in this build yet: unset the MCPFLEET_CLUSTER_* variables")
 	}
 	cfg = cfg.withLimitDefaults()
 	log := newLogger(cfg, opt)
@@ -99,7 +101,11 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	// A previous process killed mid-commit may still have sessions finishing: load the fleet after them.
-	if n, err := s.store.WaitForPredecessors(ctx, 10*time.Second); err != nil {
+	// Not in cluster mode: the other nodes' sessions look the same and never end; the shard epochs
+	// fence a previous owner's late writes instead.
+	if cfg.Cluster.Enabled() {
+		// nothing to wait for
+	} else if n, err := s.store.WaitForPredecessors(ctx, 10*time.Second); err != nil {
 		log.Warn("could not check for a previous process's sessions", "err", err)
 	} else if n > 0 {
 		log.Warn("a previous process's sessions are still open after 10s; loading the fleet anyway", "sessions", n)
@@ -107,14 +113,27 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	// Single-node mode owns every shard: claiming them fences a previous process on this database that is
 	// still running (paused by SIGSTOP and resumed, or started twice by mistake) — its writes are refused
 	// from now on, and its fleet stops the servers' actors.
-	fences, err := s.store.ClaimShards(ctx, shard.All(), s.node)
-	if err != nil {
-		return nil, fmt.Errorf("claim the shards: %w", err)
+	// In cluster mode the node claims each shard as it takes it (joinCluster, actors.Fleet.SetOwned).
+	var fences []persistence.Fence
+	if !cfg.Cluster.Enabled() {
+		if fences, err = s.store.ClaimShards(ctx, shard.All(), s.node); err != nil {
+			return nil, fmt.Errorf("claim the shards: %w", err)
+		}
 	}
 	if s.fleet, err = s.startFleet(ctx, cfg, opt, fences); err != nil {
 		return nil, err
 	}
-	s.remote = s.newRemote(ctx, cfg, log)
+	var fleet interface {
+		httpapi.Fleet
+		remote.Fleet
+	} = s.fleet
+	if cfg.Cluster.Enabled() {
+		if err := s.joinCluster(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+		fleet = s.routed
+	}
+	s.remote = s.newRemote(ctx, cfg, log, fleet)
 	if err := s.startGateway(ctx, cfg, opt, log); err != nil {
 		return nil, err
 	}
@@ -124,10 +143,10 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	}
 	s.mcp = s.newMCPEndpoint(cfg, opt, log)
 	api := httpapi.New(cfg.apiConfig(), httpapi.Deps{
-		Fleet: s.fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
+		Fleet: fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
 		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,
-		Gateway: s.gateway, MCP: s.mcp,
+		Gateway: s.gateway, MCP: s.mcp, Cluster: s.clusterStatus(),
 	})
 	s.api = api
 	s.ln, err = net.Listen("tcp", cfg.HTTPAddr)
@@ -173,6 +192,7 @@ func (s *Service) startFleet(ctx context.Context, cfg Config, opt Options, fence
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
 		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
 		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
+		Sharded:     cfg.Cluster.Enabled(),
 	}, s.store, actors.Deps{Clock: opt.Clock, Log: s.log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics, Fences: fences})
 }
 
@@ -249,6 +269,14 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := s.remote.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.member != nil {
+		// Hand the shards over before the fleet stops: the others take them (with grace from then)
+		// while this node still answers what it owns.
+		if err := s.member.Leave(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		s.member.Close()
 	}
 	if s.fleet != nil {
 		if err := s.fleet.Stop(ctx); err != nil {

@@ -135,6 +135,7 @@ type Metrics struct {
 	servers [4]atomic.Int64 // by health.Statuses() index
 	backlog [2]atomic.Int64 // commands, stamps
 	reg     metric.Registration
+	meter   metric.Meter // the public meter, for instruments registered later (ObserveCluster)
 }
 
 type httpKey struct {
@@ -164,7 +165,7 @@ func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
 	m := &Metrics{hbRejected: map[string][]metric.AddOption{}, transOpts: map[[2]health.Status][]metric.AddOption{},
 		writerOpts: map[string][]metric.RecordOption{}, flushOpts: map[[2]string][]metric.RecordOption{},
 		httpOpts: map[httpKey][]metric.RecordOption{}, mcpOpts: map[[2]string][]metric.RecordOption{},
-		httpOverflow: recOpt(attribute.String("http.route", "_overflow"))}
+		httpOverflow: recOpt(attribute.String("http.route", "_overflow")), meter: meter}
 	var errs []error
 	check := func(err error) {
 		if err != nil {
