@@ -6,11 +6,15 @@ TEST_TAGS := chaos
 # staticcheck from the Go module proxy, pinned (2026.2.2 supports Go 1.26); the first run downloads and builds it
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run build test test-short test-race lint vuln bench chaos chaos-short fuzz jaeger jaeger-run clean
+.PHONY: run cluster build test test-short test-race lint vuln bench chaos chaos-short fuzz jaeger jaeger-run clean
 
 ## run: the whole thing on an embedded default — PostgreSQL found or started, demo tenant, demo MCP servers
 run:
 	$(GO) run ./cmd/mcpfleet demo
+
+## cluster: three nodes on loopback as one cluster on a private etcd (Debian's etcd-server), with the demo modules; prints their URLs
+cluster:
+	$(GO) run ./cmd/mcpfleet demo --nodes 3
 
 ## build: the service and the load generator into bin/
 build:

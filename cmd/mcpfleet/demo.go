@@ -41,8 +41,12 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (MCPFLEET_HTTP_ADDR)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat interval H")
 	fs.DurationVar(&cfg.MonitorInterval, "monitor-interval", cfg.MonitorInterval, "monitor period")
+	nodes := fs.Int("nodes", 1, "run this many nodes as a cluster on a private etcd (make cluster: 3); 1 is single-node mode")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *nodes < 1 || *nodes > 9 {
+		return usageError{fmt.Sprintf("demo: --nodes=%d: want 1 to 9", *nodes)}
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
 
@@ -80,6 +84,37 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer logFile.Close()
+	var others []*service.Service // the other nodes of a demo cluster
+	if *nodes > 1 {
+		stopEtcd, err := startDemoEtcd(ctx, dir, logFile)
+		if err != nil {
+			return err
+		}
+		defer stopEtcd()
+		_, portS, _ := net.SplitHostPort(cfg.HTTPAddr)
+		var httpPort int
+		if _, err := fmt.Sscan(portS, &httpPort); err != nil || httpPort == 0 {
+			return usageError{fmt.Sprintf("demo --nodes: --http-addr %q needs a fixed port (the other nodes take the next ones)", cfg.HTTPAddr)}
+		}
+		base := cfg
+		cfg = demoNodeConfig(base, 0, httpPort)
+		for i := 1; i < *nodes; i++ {
+			s, err := service.Start(ctx, demoNodeConfig(base, i, httpPort), service.Options{LogOutput: logFile})
+			if err != nil {
+				return fmt.Errorf("demo: node %d: %w", i+1, err)
+			}
+			others = append(others, s)
+		}
+	}
+	defer func() {
+		for _, s := range others {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			if err := s.Close(c); err != nil {
+				fmt.Fprintln(stderr, "demo: shutdown:", err)
+			}
+			cancel()
+		}
+	}()
 	svc, err := service.Start(ctx, cfg, service.Options{LogOutput: logFile})
 	if err != nil {
 		return err
@@ -104,6 +139,13 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 
 	base := svc.URL()
 	printBanner(stdout, base, tenant.String(), keys, agentKey.APIKey, servers, pg.Kind(), logPath, cfg)
+		if len(others) > 0 {
+		say("Cluster %q of %d nodes on etcd %s (every node serves the whole API; see docs/cluster.md):", cfg.Cluster.Name, len(others)+1, demoEtcdClient)
+		for i, s := range append([]*service.Service{svc}, others...) {
+			say("  node %d  %s   (cluster traffic on %s; %s/readyz shows what it owns)", i+1, s.URL(), s.Member().Status().Self, s.URL())
+		}
+		say("")
+	}
 	say("Watching the demo modules (Ctrl-C to stop; the modules deregister on the way out):")
 	go readyForAgents(ctx, base, keys[persistence.RoleAdmin].APIKey, keys[persistence.RoleOperator].APIKey, servers, stdout)
 	watchClient := fleetclient.New(base, keys[persistence.RoleOperator].APIKey)
