@@ -148,6 +148,33 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	// Each server heartbeats every H/2: 8 accepted heartbeats each span 4H, past 3H + the period.
 	before := ok.Load()
 	wait.For(t, "8 accepted heartbeats per server after the takeover", 30*time.Second, func() bool { return ok.Load()-before >= 8*servers })
+
+	// SIGTERM a survivor (after the balancer stopped sending to it): it hands its shards over before it
+	// exits, so the last node takes them while every heartbeat keeps being accepted.
+	leaving, last := survivors[0], survivors[1]
+	alive.Store(&[]*node{last})
+	refusedBefore := failed.Load()
+	exited := make(chan error, 1)
+	go func() { exited <- leaving.cmd.Wait() }()
+	termAt := time.Now()
+	if err := leaving.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitOwnership(t, []*node{last}, servers, failoverBound)
+	t.Logf("SIGTERM of %s → all 64 shards owned by %s in %s", leaving.name, last.name, time.Since(termAt).Round(time.Millisecond))
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v, want exit 0", leaving.name, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit within 30 s of SIGTERM", leaving.name)
+	}
+	before = ok.Load()
+	wait.For(t, "8 accepted heartbeats per server after the hand-over", 30*time.Second, func() bool { return ok.Load()-before >= 8*servers })
+	if n := failed.Load() - refusedBefore; n > 0 {
+		t.Errorf("%d heartbeats refused across a graceful hand-over, want none", n)
+	}
 	conn, err := pgx.Connect(ctx, db.AdminURL)
 	if err != nil {
 		t.Fatal(err)
