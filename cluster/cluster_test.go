@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -89,6 +91,14 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 		t.Fatalf("re-registration of mod-00 through n2: server %s, want %s", again.ServerID, ids[0])
 	}
 	waitOwnership(t, nodes, servers, 10*time.Second)
+
+	// etcd issue #1133: a node whose membership key vanished (its lease expired during an etcd outage)
+	// is never re-added by protoactor's provider and the others block its member id. The watchdog must
+	// notice, give up the node's shards and join again under a new id.
+	lostKey := nodes[2]
+	deleteMemberKey(t, etcdURL, lostKey.addr)
+	wait.For(t, lostKey.name+" to rejoin after losing its key", failoverBound, func() bool { return lostKey.readyz(t).Cluster.Rejoins == 1 })
+	waitOwnership(t, nodes, servers, failoverBound)
 
 	// Every server heartbeats through a random live node, every H/2.
 	var alive atomic.Pointer[[]*node]
@@ -203,6 +213,36 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	t.Logf("heartbeats: %d accepted, %d refused (503 while a dead owner was not yet noticed)", ok.Load(), failed.Load())
 }
 
+// deleteMemberKey deletes the etcd membership key of the member advertising addr, as the expiry of its
+// lease would.
+func deleteMemberKey(t testing.TB, etcdURL, addr string) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/mcpfleet/test/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		var m struct {
+			Host string `json:"host"`
+			Port int    `json:"port"`
+		}
+		if json.Unmarshal(kv.Value, &m) == nil && net.JoinHostPort(m.Host, fmt.Sprint(m.Port)) == addr {
+			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no membership key for %s among %d keys", addr, len(resp.Kvs))
+}
+
 // node is one mcpfleet process of the test cluster.
 type node struct {
 	name, url, addr string
@@ -217,6 +257,7 @@ type readyz struct {
 		Members      []string `json:"members"`
 		Shards       []int    `json:"shards"`
 		ServersOwned int      `json:"servers_owned"`
+		Rejoins      int      `json:"rejoins"`
 		Ready        bool     `json:"ready"`
 	} `json:"cluster"`
 }

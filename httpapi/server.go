@@ -96,6 +96,8 @@ type ClusterStatus struct {
 	Shards  []int    `json:"shards"` // the shards this node owns
 
 	ServersOwned int `json:"servers_owned"`
+	// Rejoins counts the times the node joined again after its membership key vanished from etcd.
+	Rejoins int `json:"rejoins"`
 	// Ready is false while the node is not a member owning its share (joining, rejoining after its
 	// etcd lease expired, leaving): /readyz then answers 503 so a balancer sends traffic elsewhere.
 	Ready bool `json:"ready"`

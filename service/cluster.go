@@ -114,7 +114,7 @@ func (s *Service) clusterStatus() func() httpapi.ClusterStatus {
 	}
 	return func() httpapi.ClusterStatus {
 		st := s.member.Status()
-		return httpapi.ClusterStatus{Node: st.Self, Members: st.Members, Shards: st.Owned, ServersOwned: s.fleet.OwnedServers(), Ready: st.Ready}
+		return httpapi.ClusterStatus{Node: st.Self, Members: st.Members, Shards: st.Owned, ServersOwned: s.fleet.OwnedServers(), Rejoins: st.Rejoins, Ready: st.Ready}
 	}
 }
 
