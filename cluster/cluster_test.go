@@ -65,6 +65,32 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	}
 	waitOwnership(t, nodes, 0, 30*time.Second)
 
+	// Every server heartbeats through a live node (in turn), every H/2, from its registration on.
+	var alive atomic.Pointer[[]*node]
+	alive.Store(&nodes)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed, ok atomic.Int64
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	heartbeat := func(i int, id string) {
+		defer wg.Done()
+		tick := time.NewTicker(interval / 2)
+		defer tick.Stop()
+		for k := i; ; k++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			live := *alive.Load()
+			if live[k%len(live)].heartbeat(id, modKey.APIKey) {
+				ok.Add(1)
+			} else {
+				failed.Add(1)
+			}
+		}
+	}
+
 	// Register through every node in turn; the registration lands on the owner of the module's shard.
 	const servers = 30
 	ids := make([]string, servers)
@@ -80,6 +106,8 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 			t.Fatalf("registration %d through %s: %+v", i, n.name, out)
 		}
 		ids[i] = out.ServerID
+		wg.Add(1)
+		go heartbeat(i, out.ServerID)
 	}
 	// Registering again through another node finds the same server (one server per module).
 	var again struct {
@@ -99,35 +127,6 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	deleteMemberKey(t, etcdURL, lostKey.addr)
 	wait.For(t, lostKey.name+" to rejoin after losing its key", failoverBound, func() bool { return lostKey.readyz(t).Cluster.Rejoins == 1 })
 	waitOwnership(t, nodes, servers, failoverBound)
-
-	// Every server heartbeats through a random live node, every H/2.
-	var alive atomic.Pointer[[]*node]
-	alive.Store(&nodes)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failed, ok atomic.Int64
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(interval / 2)
-			defer tick.Stop()
-			for k := i; ; k++ {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				live := *alive.Load()
-				if live[k%len(live)].heartbeat(id, modKey.APIKey) {
-					ok.Add(1)
-				} else {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	t.Cleanup(func() { close(stop); wg.Wait() })
 
 	// kill -9 the node owning the most servers (it has at least one shard: 64 over 3).
 	victim := nodes[0]
