@@ -23,10 +23,12 @@ var ErrNotOwner = errors.New("this node does not own the server's shard")
 
 // ShardClaimer takes a shard's ownership in PostgreSQL: it bumps the shard's epoch and returns it, so
 // every write still carrying an older epoch (the previous owner's) is refused from then on.
-// persistence.Store satisfies it once migration 0016 is in.
+// persistence.Store satisfies it (migration 0016).
 type ShardClaimer interface {
 	ClaimShard(ctx context.Context, shard int, node string) (int64, error)
 }
+
+var _ ShardClaimer = (*persistence.Store)(nil)
 
 // shardSet is a set of shards as a bit mask (shard.Count is 64).
 type shardSet uint64

@@ -202,6 +202,16 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("false transitions while every server heartbeated: %v", bad)
 	}
+	// Every shard was claimed in PostgreSQL (its epoch fences the writes of its previous owners), and
+	// all of them by the one node left.
+	var owners int
+	var minEpoch int64
+	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT node), min(epoch) FROM shard_owners`).Scan(&owners, &minEpoch); err != nil {
+		t.Fatal(err)
+	}
+	if owners != 1 || minEpoch < 1 {
+		t.Errorf("shard_owners: %d distinct owners, lowest epoch %d; want 1 owner, every shard claimed", owners, minEpoch)
+	}
 	var notHealthy int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE status <> 'healthy'`).Scan(&notHealthy); err != nil {
 		t.Fatal(err)

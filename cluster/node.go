@@ -46,8 +46,9 @@ type Config struct {
 type Handler func(ctx context.Context, req []byte) []byte
 
 // Ownership makes the node run exactly the servers of shards. The node calls it from one goroutine
-// (never concurrently), on start and on every change of the shards it owns; on an error it calls it
-// again a second later with the then current shards.
+// (never concurrently), on start, on every change of the shards it owns and every 5 s with the same
+// shards (so it must be cheap when nothing changed); on an error it calls it again a second later with
+// the then current shards.
 type Ownership func(ctx context.Context, shards []int) error
 
 // ForwardTimeout bounds one forwarded request: the caller's wait and the handler's context.
@@ -59,6 +60,9 @@ const maxInFlight = 4096
 
 // etcdBaseKey is the prefix of the membership keys in etcd: <base>/<name>/<name>@<actor system id>.
 const etcdBaseKey = "/mcpfleet"
+
+// reassertInterval is how often the node hands Ownership its shards again although nothing changed.
+const reassertInterval = 5 * time.Second
 
 // leaveTimeout bounds protoactor's part of leaving (its graceful shutdown sleeps 2 s).
 const leaveTimeout = 5 * time.Second
@@ -232,12 +236,19 @@ func (n *Node) applyLoop() {
 	defer n.wg.Done()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	// Ownership is also re-applied now and then with the same shards: the fleet may have given one up
+	// by itself (a write fenced by a node that claimed it on a stale topology); this claims it back.
+	reassert := time.NewTicker(reassertInterval)
+	defer reassert.Stop()
 	for {
+		force := false
 		select {
 		case <-n.stop:
 			return
 		case <-n.kick:
 		case <-retry.C:
+		case <-reassert.C:
+			force = true
 		}
 		n.mu.Lock()
 		members := n.others()
@@ -247,7 +258,7 @@ func (n *Node) applyLoop() {
 		owners := Assign(members)
 		n.owners = owners
 		owned := Owned(owners, n.cfg.Addr)
-		same := slices.Equal(owned, n.applied) && n.applied != nil
+		same := slices.Equal(owned, n.applied) && n.applied != nil && !force
 		selfIn := n.selfIn
 		n.mu.Unlock()
 		if same {
@@ -265,7 +276,9 @@ func (n *Node) applyLoop() {
 		n.applied = append([]int{}, owned...)
 		n.ready = selfIn
 		n.mu.Unlock()
-		n.log.Info("shards owned", "count", len(owned), "members", len(members))
+		if !force {
+			n.log.Info("shards owned", "count", len(owned), "members", len(members))
+		}
 	}
 }
 

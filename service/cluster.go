@@ -8,11 +8,12 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"time"
 
-	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/cluster"
 	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
+	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
@@ -101,6 +102,9 @@ func (s *Service) joinCluster(ctx context.Context, cfg Config, log *slog.Logger)
 		return err
 	}
 	s.member, s.routed.node = node, node
+	if err := s.startTouching(ctx); err != nil {
+		return err
+	}
 	return s.metrics.ObserveCluster(func() telemetry.ClusterView {
 		st := node.Status()
 		return telemetry.ClusterView{Members: st.Members, Shards: len(st.Owned), Servers: s.fleet.OwnedServers(), Rejoins: st.Rejoins}
@@ -120,3 +124,48 @@ func (s *Service) clusterStatus() func() httpapi.ClusterStatus {
 
 // Member is the cluster membership (nil in single-node mode).
 func (s *Service) Member() *cluster.Node { return s.member }
+
+// touchInterval is how often a cluster node renews its row in cluster_nodes: a third of
+// persistence.NodeLease, so two missed renewals do not make the others sweep its running calls.
+const touchInterval = persistence.NodeLease / 3
+
+// startTouching records this node in cluster_nodes now and every touchInterval until Close (see
+// persistence.Store.TouchNode): the gateways of the other nodes interrupt the running calls of a node
+// only once it has not been seen for NodeLease.
+func (s *Service) startTouching(ctx context.Context) error {
+	started := time.Now()
+	if err := s.store.TouchNode(ctx, s.node, started); err != nil {
+		return fmt.Errorf("cluster: record this node: %w", err)
+	}
+	s.touchStop, s.touchDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.touchDone)
+		t := time.NewTicker(touchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.touchStop:
+				return
+			case <-t.C:
+			}
+			c, cancel := context.WithTimeout(context.Background(), touchInterval)
+			if err := s.store.TouchNode(c, s.node, started); err != nil {
+				s.log.Warn("could not renew this node's row in cluster_nodes", "err", err)
+			}
+			cancel()
+		}
+	}()
+	return nil
+}
+
+// stopTouching ends the renewals and deletes this node's row, so the others know at once it is gone.
+// It runs after the gateway stopped: no call of this node is running any more.
+func (s *Service) stopTouching(ctx context.Context) error {
+	if s.touchStop == nil {
+		return nil
+	}
+	close(s.touchStop)
+	<-s.touchDone
+	s.touchStop = nil
+	return s.store.LeaveNode(ctx, s.node)
+}

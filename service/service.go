@@ -67,7 +67,9 @@ type Service struct {
 	// member is this process's cluster membership, routed the fleet as the API sees it (both nil in
 	// single-node mode).
 	member *cluster.Node
-	routed *routedFleet
+	// touchStop and touchDone end the renewal of this node's cluster_nodes row (cluster mode).
+	touchStop, touchDone chan struct{}
+	routed               *routedFleet
 }
 
 // Start starts the service and returns once it is ready and listening. If it fails, whatever it had
@@ -249,6 +251,9 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := s.gateway.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.stopTouching(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if s.mcp != nil {
 		s.mcp.Close() // sessions and their streams end, so Shutdown does not wait on them
