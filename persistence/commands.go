@@ -116,6 +116,18 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 			}
 			return err
 		}}
+		if fc, ok := c.(*fencedCmd); ok {
+			// The fence is checked by the step's own set_config (fencedStepSQL): no statement of its own.
+			steps[i].fence, steps[i].fenceOK = fc.fence, new(bool)
+			steps[i].queue, steps[i].read = fc.stepQueue, func(br pgx.BatchResults) error {
+				err := fc.stepRead(br, *steps[i].fenceOK)
+				if r := (*refusal)(nil); errors.As(err, &r) {
+					refusals[i] = r.err
+					return nil
+				}
+				return err
+			}
+		}
 		if spans != nil {
 			steps[i].span = spans[i]
 		}

@@ -112,11 +112,13 @@ func (s *Store) ShardOwners(ctx context.Context) ([]ShardOwner, error) {
 	return out, nil
 }
 
-// WithFence returns cmd fenced by f: applied by Commit, it first checks, in the same transaction, that f
-// is still its shard's epoch, holding the shard's row FOR SHARE until COMMIT (see migration 0016). If it is
-// not, none of cmd's statements writes a row (the a_fence trigger drops them), the rest of a group commit
-// is unaffected and Read returns ErrFenced without reading cmd's results. cmd's own result fields are set
-// only when the fence passed. A zero Fence returns cmd itself.
+// WithFence returns cmd fenced by f: applied by Commit, the statement that opens the command's step (the
+// set_config of its tenant, fencedStepSQL) also checks, in the same transaction, that f is still its
+// shard's epoch, holding the shard's row FOR SHARE until COMMIT (see migration 0016); the next step's
+// set_config turns the flag off again, so a fence costs no statement of its own. If f is stale, none of
+// cmd's statements writes a row (the a_fence trigger drops them), the rest of a group commit is
+// unaffected and Commit reports ErrFenced for cmd. cmd's own result fields are set only when the fence
+// passed. A zero Fence returns cmd itself.
 func WithFence(cmd Command, f Fence) Command {
 	if !f.Fenced() {
 		return cmd
@@ -142,7 +144,31 @@ const fenceResetSQL = `SELECT set_config('mcpfleet.fenced', 'off', true)`
 // Tenant implements Command.
 func (c *fencedCmd) Tenant() uuid.UUID { return c.inner.Tenant() }
 
-// Queue implements Command: the fence check, the inner command's statements, the flag's reset.
+// stepQueue queues the inner command's statements for a group commit step that checks the fence itself
+// (fencedStepSQL), counting them.
+func (c *fencedCmd) stepQueue(b *pgx.Batch) {
+	before := b.Len()
+	c.inner.Queue(b)
+	c.n = b.Len() - before
+}
+
+// stepRead reads the inner command's results, or, if the step's fence check failed (ok false), skips
+// them and refuses the command with ErrFenced.
+func (c *fencedCmd) stepRead(br pgx.BatchResults, ok bool) error {
+	if ok {
+		return c.inner.Read(br)
+	}
+	for range c.n {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("fence: %w", err)
+		}
+	}
+	return refuse(fmt.Errorf("shard %d epoch %d: %w", c.fence.Shard, c.fence.Epoch, ErrFenced))
+}
+
+// Queue implements Command: the fence check, the inner command's statements, the flag's reset. Commit
+// does not use it (the step's own set_config checks the fence, see commitGroup); it makes the command
+// fenced wherever else it is applied.
 func (c *fencedCmd) Queue(b *pgx.Batch) {
 	b.Queue(fenceCheckSQL, c.fence.Shard, c.fence.Epoch)
 	before := b.Len()

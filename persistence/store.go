@@ -160,7 +160,7 @@ type beginner interface {
 var ErrNoTenant = errors.New("set tenant: nil tenant id")
 
 // setTenantSQL scopes the rest of a transaction to the tenant in $1. Only SetTenant (which inTenantTx
-// calls) and inTenantBatch send it.
+// calls) sends it; inTenantBatch sends stepSQL.
 const setTenantSQL = "SELECT set_config('auth.tenant_id', $1, true)"
 
 // inTenantTx opens every single-tenant transaction of this package: it begins a transaction on db with
@@ -190,12 +190,27 @@ func inTenantTx(ctx context.Context, db beginner, opts pgx.TxOptions, tenantID u
 // A tenantStep is one tenant's part of a multi-tenant transaction (inTenantBatch): the statements
 // queue appends run scoped to tenant, and read consumes their results in order. If span is not nil, the
 // step's statements (its set_config first) are traced under it (see routeBatches).
+//
+// If fence is fenced, the step's set_config statement also checks it (see WithFence): the statements
+// queue appends write no row unless it passed, and *fenceOK says whether it did before read is called.
 type tenantStep struct {
-	tenant uuid.UUID
-	queue  func(b *pgx.Batch)
-	read   func(br pgx.BatchResults) error
-	span   trace.Span
+	tenant  uuid.UUID
+	queue   func(b *pgx.Batch)
+	read    func(br pgx.BatchResults) error
+	span    trace.Span
+	fence   Fence
+	fenceOK *bool
 }
+
+// stepSQL opens each step of inTenantBatch: it scopes what follows to the tenant in $1 and turns the
+// fence flag of migration 0016 off, so a fenced step before cannot drop this step's rows.
+const stepSQL = "SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced', 'off', true)"
+
+// fencedStepSQL is stepSQL for a step under the fence ($2, $3): the flag is on, and the step's rows are
+// dropped, unless the epoch is still the shard's; the shard's row is held FOR SHARE until COMMIT.
+const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced',
+		CASE WHEN EXISTS (SELECT 1 FROM shard_owners WHERE shard = $2 AND epoch = $3 FOR SHARE) THEN 'off' ELSE 'on' END,
+		true) = 'off'`
 
 // inTenantBatch opens every multi-tenant transaction of this package: it sends all steps in one
 // transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
@@ -219,7 +234,11 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	var spans []trace.Span // spans[i] traces the batch's i-th statement; nil when no step has a span
 	for _, st := range steps {
 		from := b.Len()
-		b.Queue(setTenantSQL, st.tenant.String())
+		if st.fence.Fenced() {
+			b.Queue(fencedStepSQL, st.tenant.String(), st.fence.Shard, st.fence.Epoch)
+		} else {
+			b.Queue(stepSQL, st.tenant.String())
+		}
 		st.queue(b)
 		if st.span != nil && spans == nil {
 			spans = make([]trace.Span, from, b.Len())
@@ -233,7 +252,14 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	}
 	br := tx.SendBatch(ctx, b)
 	for _, st := range steps {
-		if _, err := br.Exec(); err != nil {
+		var err error
+		if st.fence.Fenced() {
+			var tenant string
+			err = br.QueryRow().Scan(&tenant, st.fenceOK)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			br.Close()
 			return fmt.Errorf("set tenant: %w", err)
 		}
