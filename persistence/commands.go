@@ -207,6 +207,12 @@ func KindForTransition(to health.Status) AuditKind {
 // definition changed, vanished ones orphaned) and an mcp.server.registered audit event is written, all in
 // one transaction.
 //
+// A registration makes the server healthy, so it is also the reverse cascade: every skill of the server
+// that is not orphaned becomes available, whichever source owns the catalogue — an administrator's
+// imported tools as much as advertised ones. Availability is the server's liveness, never enablement:
+// no enabled flag changes here beyond the advertisement's own rule above, so a tool an operator disabled
+// stays disabled.
+//
 // Ownership is enforced here, in SQL: only an admin key (ByAdmin) may re-register a server an
 // administrator configured (OriginAdmin), and even then its catalogue and endpoint are left alone (they
 // belong to the import and to PATCH); otherwise the command is refused with ErrNotOwned and nothing is
@@ -246,8 +252,8 @@ type RegisterCmd struct {
 func (c *RegisterCmd) Tenant() uuid.UUID { return c.TenantID }
 
 // Queue implements Command: one statement reads whether the module name is an administrator's server,
-// one upserts the server (unless refused), reads its previous status and appends the audit event; two
-// more write the advertised tools, and one the endpoint.
+// one upserts the server (unless refused), makes its skills available, reads its previous status and
+// appends the audit event; two more write the advertised tools, and one the endpoint.
 func (c *RegisterCmd) Queue(b *pgx.Batch) {
 	var caps any
 	if len(c.Capabilities) > 0 {
@@ -270,6 +276,9 @@ func (c *RegisterCmd) Queue(b *pgx.Batch) {
 				deregistered_at = NULL
 			WHERE $10 OR NOT EXISTS (SELECT 1 FROM server_config c WHERE c.server_id = mcp_servers.server_id AND c.origin = 'admin')
 			RETURNING `+serverColumns+`, (xmax = 0) AS inserted
+		), avail AS (
+			UPDATE skill_registry SET available = true, updated_at = $7
+			WHERE server_id IN (SELECT server_id FROM up) AND orphaned_at IS NULL AND NOT available
 		), audit AS (
 			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
 			SELECT $9, up.tenant_id, 'mcp.server.registered', up.server_id, up.module_name, up.version, 'healthy',

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
@@ -532,5 +535,70 @@ func TestToolChangesAreReadable(t *testing.T) {
 	}
 	if causes[0] != "definition" || causes[1] != "endpoint" {
 		t.Fatalf("tool change events %v", causes)
+	}
+}
+
+// An administrator's server that was deregistered and is registered again (with the admin key, the only
+// key that may register it) is healthy, and so are its imported tools: every tool of its catalogue is
+// available again (the health model: unavailable while the server is unhealthy or deregistered,
+// available when it comes back), while the enabled flag stays the operator's — a tool the operator
+// disabled stays disabled and off the /mcp list. The gateway and /mcp then call the enabled tool again.
+func TestReregisteredAdminServerToolsAvailable(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint("keep"))
+	srv := mcptest.Tools(t)
+	id, skills := h.gatewayServer("tools", srv.URL, false, "echo", "text")
+	if r := h.do("POST", "/v1/mcp/skills/"+skills["text"].SkillID+"/disable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("disable text: %d %s", r.status, r.body)
+	}
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	mcpCall := func() *mcp.CallToolResult {
+		t.Helper()
+		res, err := s.CallTool(testCtx(t), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := mcpCall(); res.IsError {
+		t.Fatalf("call before the deregistration: %q", callText(t, res))
+	}
+	if r := h.do("POST", "/v1/mcp/servers/deregister", h.adminKey(), map[string]string{"server_id": id}); r.status != http.StatusOK {
+		t.Fatalf("deregister: %d %s", r.status, r.body)
+	}
+	for name, k := range h.fullSkills(id) {
+		if k.Available {
+			t.Fatalf("%s is available after the deregistration: %+v", name, k)
+		}
+	}
+	wantProblem(t, h.postCall(callBody("run-1", skills["echo"].SkillID, map[string]any{"text": "hi"})), 503, "skill_unavailable")
+	// A module key may not register it, and its refused registration makes nothing available.
+	wantProblem(t, h.do("POST", "/v1/mcp/servers/register", h.module(), registration("tools")), 403, "server_not_owned")
+	if k := h.fullSkills(id)["echo"]; k.Available || h.status(id) != "deregistered" {
+		t.Fatalf("after a refused registration: echo %+v, server %s", k, h.status(id))
+	}
+
+	r := h.do("POST", "/v1/mcp/servers/register", h.adminKey(), registration("tools"))
+	if r.status != http.StatusOK {
+		t.Fatalf("register again: %d %s", r.status, r.body)
+	}
+	if obj := h.fetchServer(id); obj["status"] != "healthy" || obj["origin"] != "admin" {
+		t.Fatalf("server after registering again: %v", obj)
+	}
+	after := h.fullSkills(id)
+	if len(after) != len(skills) {
+		t.Fatalf("%d skills after registering again, want the %d imported", len(after), len(skills))
+	}
+	for name, k := range after {
+		if !k.Available || k.Orphaned || k.Enabled != (name == "echo") {
+			t.Errorf("%s after registering again: %+v (want available, enabled only for echo)", name, k)
+		}
+	}
+	if c := h.mustCall(callBody("run-1", skills["echo"].SkillID, map[string]any{"text": "hi"})); c.State != "succeeded" || c.content() != "echo: hi" {
+		t.Fatalf("gateway call after registering again: %+v", c)
+	}
+	wantProblem(t, h.postCall(callBody("run-1", skills["text"].SkillID, nil)), 409, "skill_disabled")
+	waitFor(t, "the /mcp call works again", 5*time.Second, func() bool { return !mcpCall().IsError })
+	if got := toolNames(t, s); !slices.Equal(got, []string{"echo"}) {
+		t.Fatalf("/mcp lists %v, want [echo]", got)
 	}
 }
