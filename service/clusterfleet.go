@@ -149,7 +149,7 @@ func decodeErr(rep wireReply, addr string) error {
 
 // call runs one request at the owner of shard sh: local when this node owns it, forwarded otherwise,
 // retried while the shard is between owners.
-func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest, local func(context.Context) wireReply) (wireReply, error) {
+func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireReply, error) {
 	deadline := time.Now().Add(r.timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -160,8 +160,7 @@ func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest, local f
 		addr, self := r.node.Owner(sh)
 		switch {
 		case self:
-			rep = local(ctx)
-			err = decodeErr(rep, addr)
+			rep, err = r.serveLocal(ctx, req)
 		case addr == "":
 			err = fmt.Errorf("%w: no member owns shard %d", actors.ErrNotOwner, sh)
 		default:
@@ -204,7 +203,9 @@ func (r *routedFleet) serve(ctx context.Context, b []byte) []byte {
 	if err := json.Unmarshal(b, &req); err != nil {
 		rep = wireReply{Err: "internal", Msg: "bad forwarded request: " + err.Error()}
 	} else {
-		rep = r.serveLocal(ctx, req)
+		var err error
+		rep, err = r.serveLocal(ctx, req)
+		encodeErr(&rep, err)
 	}
 	out, err := json.Marshal(rep)
 	if err != nil {
@@ -213,45 +214,45 @@ func (r *routedFleet) serve(ctx context.Context, b []byte) []byte {
 	return out
 }
 
-// serveLocal runs req on the local fleet.
-func (r *routedFleet) serveLocal(ctx context.Context, req wireRequest) wireReply {
+// serveLocal runs req on the local fleet: the same path for a request this node received and owns and
+// for one another node forwarded.
+func (r *routedFleet) serveLocal(ctx context.Context, req wireRequest) (wireReply, error) {
 	var rep wireReply
+	var err error
 	trc := req.Trace.carrier()
 	switch req.Op {
 	case opRegister:
 		if req.Register == nil {
-			return wireReply{Err: "internal", Msg: "register without a request"}
+			return rep, errors.New("register without a request")
 		}
 		rr := *req.Register
 		rr.Trace = trc
-		res, err := r.local.Register(ctx, rr)
+		var res actors.RegisterResult
+		res, err = r.local.Register(ctx, rr)
 		rep.Register = &res
-		encodeErr(&rep, err)
 	case opHeartbeat:
-		res, err := r.local.Heartbeat(ctx, req.TenantID, req.ServerID, trc)
+		var res actors.HeartbeatResult
+		res, err = r.local.Heartbeat(ctx, req.TenantID, req.ServerID, trc)
 		rep.Heartbeat = &res
-		encodeErr(&rep, err)
 	case opDeregister:
-		srv, err := r.local.Deregister(ctx, req.TenantID, req.ServerID, trc)
+		var srv persistence.Server
+		srv, err = r.local.Deregister(ctx, req.TenantID, req.ServerID, trc)
 		rep.Server = &srv
-		encodeErr(&rep, err)
 	case opConfigure:
 		if req.Configure == nil {
-			return wireReply{Err: "internal", Msg: "configure without a request"}
+			return rep, errors.New("configure without a request")
 		}
 		cr := *req.Configure
 		cr.Trace = trc
-		srv, err := r.local.Configure(ctx, cr)
+		var srv persistence.Server
+		srv, err = r.local.Configure(ctx, cr)
 		rep.Server = &srv
-		encodeErr(&rep, err)
 	case opContact:
-		st, err := r.local.Contact(ctx, req.TenantID, req.ServerID, trc)
-		rep.Status = st
-		encodeErr(&rep, err)
+		rep.Status, err = r.local.Contact(ctx, req.TenantID, req.ServerID, trc)
 	default:
-		return wireReply{Err: "internal", Msg: fmt.Sprintf("unknown operation %q", req.Op)}
+		return rep, fmt.Errorf("unknown operation %q", req.Op)
 	}
-	return rep
+	return rep, err
 }
 
 // Register routes a registration: to the owner of the shard of the module's server when the tenant
@@ -268,13 +269,7 @@ func (r *routedFleet) Register(ctx context.Context, req actors.RegisterRequest) 
 	wire := req
 	wire.Trace = telemetry.Carrier{}
 	wr := wireRequest{Op: opRegister, TenantID: req.TenantID, Trace: traceToWire(req.Trace), Register: &wire}
-	rep, err := r.call(ctx, sh, wr, func(ctx context.Context) wireReply {
-		var rep wireReply
-		res, err := r.local.Register(ctx, req)
-		rep.Register = &res
-		encodeErr(&rep, err)
-		return rep
-	})
+	rep, err := r.call(ctx, sh, wr)
 	if err != nil || rep.Register == nil {
 		return actors.RegisterResult{}, orNoAnswer(err)
 	}
@@ -284,13 +279,7 @@ func (r *routedFleet) Register(ctx context.Context, req actors.RegisterRequest) 
 // Heartbeat routes a heartbeat to the owner of the server's shard.
 func (r *routedFleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (actors.HeartbeatResult, error) {
 	wr := wireRequest{Op: opHeartbeat, TenantID: tenantID, ServerID: serverID, Trace: traceToWire(trc)}
-	rep, err := r.call(ctx, shard.Of(serverID), wr, func(ctx context.Context) wireReply {
-		var rep wireReply
-		res, err := r.local.Heartbeat(ctx, tenantID, serverID, trc)
-		rep.Heartbeat = &res
-		encodeErr(&rep, err)
-		return rep
-	})
+	rep, err := r.call(ctx, shard.Of(serverID), wr)
 	if err != nil || rep.Heartbeat == nil {
 		return actors.HeartbeatResult{}, orNoAnswer(err)
 	}
@@ -300,13 +289,7 @@ func (r *routedFleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUI
 // Deregister routes a deregistration to the owner of the server's shard.
 func (r *routedFleet) Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error) {
 	wr := wireRequest{Op: opDeregister, TenantID: tenantID, ServerID: serverID, Trace: traceToWire(trc)}
-	rep, err := r.call(ctx, shard.Of(serverID), wr, func(ctx context.Context) wireReply {
-		var rep wireReply
-		srv, err := r.local.Deregister(ctx, tenantID, serverID, trc)
-		rep.Server = &srv
-		encodeErr(&rep, err)
-		return rep
-	})
+	rep, err := r.call(ctx, shard.Of(serverID), wr)
 	if err != nil || rep.Server == nil {
 		return persistence.Server{}, orNoAnswer(err)
 	}
@@ -318,13 +301,7 @@ func (r *routedFleet) Configure(ctx context.Context, req actors.ConfigureRequest
 	wire := req
 	wire.Trace = telemetry.Carrier{}
 	wr := wireRequest{Op: opConfigure, TenantID: req.TenantID, ServerID: req.ServerID, Trace: traceToWire(req.Trace), Configure: &wire}
-	rep, err := r.call(ctx, shard.Of(req.ServerID), wr, func(ctx context.Context) wireReply {
-		var rep wireReply
-		srv, err := r.local.Configure(ctx, req)
-		rep.Server = &srv
-		encodeErr(&rep, err)
-		return rep
-	})
+	rep, err := r.call(ctx, shard.Of(req.ServerID), wr)
 	if err != nil || rep.Server == nil {
 		return persistence.Server{}, orNoAnswer(err)
 	}
@@ -334,13 +311,7 @@ func (r *routedFleet) Configure(ctx context.Context, req actors.ConfigureRequest
 // Contact routes evidence of contact (a probe, a connection test) to the owner of the server's shard.
 func (r *routedFleet) Contact(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (health.Status, error) {
 	wr := wireRequest{Op: opContact, TenantID: tenantID, ServerID: serverID, Trace: traceToWire(trc)}
-	rep, err := r.call(ctx, shard.Of(serverID), wr, func(ctx context.Context) wireReply {
-		var rep wireReply
-		st, err := r.local.Contact(ctx, tenantID, serverID, trc)
-		rep.Status = st
-		encodeErr(&rep, err)
-		return rep
-	})
+	rep, err := r.call(ctx, shard.Of(serverID), wr)
 	return rep.Status, err
 }
 
