@@ -84,24 +84,10 @@ func (f *fleetActor) fenced(ctx actor.Context, msg *shardFenced) {
 	if !f.deps.own.lost(msg.fence) {
 		return
 	}
-	n := 0
-	for id, e := range f.entries {
-		if shard.Of(id) != msg.fence.Shard {
-			continue
-		}
-		n++
-		delete(f.entries, id)
-		f.tenants[e.tenantID]--
-		if f.byModule[e.key] == id {
-			delete(f.byModule, e.key)
-		}
-		if pid := f.children[id]; pid != nil {
-			f.removing[id] = true
-			delete(f.children, id)
-			ctx.Stop(pid)
-		}
+	n, pids := f.forgetShards(shardSet(1) << uint(msg.fence.Shard))
+	for _, pid := range pids {
+		ctx.Stop(pid)
 	}
-	f.deps.count.Add(-int64(n))
 	f.deps.log.Error("shard claimed by another process: its writes are refused, its servers' actors stopped",
 		"shard", msg.fence.Shard, "epoch", msg.fence.Epoch, "servers", n)
 	if f.onEvent != nil {

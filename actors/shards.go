@@ -164,15 +164,27 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 	return len(all), nil
 }
 
-// dropShards is the fleet actor's half of a hand-off.
+// dropShards is the fleet actor's half of a hand-off: each server actor of the shards is told to
+// stop once idle.
 func (f *fleetActor) dropShards(ctx actor.Context, msg *dropShards) {
+	_, pids := f.forgetShards(msg.shards)
+	for _, pid := range pids {
+		ctx.Send(pid, &handOff{})
+	}
+	ctx.Respond(&loaded{})
+}
+
+// forgetShards removes every server of shards from the fleet (in server id order) and returns how many
+// it removed and the actors that ran them, which the caller stops; their Terminated is not respawned.
+func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 	var ids []uuid.UUID
 	for id := range f.entries {
-		if msg.shards.has(shard.Of(id)) {
+		if shards.has(shard.Of(id)) {
 			ids = append(ids, id)
 		}
 	}
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	var pids []*actor.PID
 	for _, id := range ids {
 		e := f.entries[id]
 		delete(f.entries, id)
@@ -183,9 +195,9 @@ func (f *fleetActor) dropShards(ctx actor.Context, msg *dropShards) {
 		if pid := f.children[id]; pid != nil {
 			f.removing[id] = true
 			delete(f.children, id)
-			ctx.Send(pid, &handOff{})
+			pids = append(pids, pid)
 		}
 	}
 	f.deps.count.Add(-int64(len(ids)))
-	ctx.Respond(&loaded{})
+	return len(ids), pids
 }
