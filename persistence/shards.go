@@ -135,11 +135,13 @@ type fencedCmd struct {
 }
 
 // fenceCheckSQL sets mcpfleet.fenced for the statements that follow and returns whether the fence passed.
+// It also sets mcpfleet.fence to "shard:epoch" for them, so a trigger can record which fence a row was
+// written under (the chaos suite's owner check does; nothing in the service reads it).
 const fenceCheckSQL = `SELECT set_config('mcpfleet.fenced',
 		CASE WHEN EXISTS (SELECT 1 FROM shard_owners WHERE shard = $1 AND epoch = $2 FOR SHARE) THEN 'off' ELSE 'on' END,
-		true) = 'off'`
+		true) = 'off' AND set_config('mcpfleet.fence', $1::int || ':' || $2::bigint, true) <> ''`
 
-const fenceResetSQL = `SELECT set_config('mcpfleet.fenced', 'off', true)`
+const fenceResetSQL = `SELECT set_config('mcpfleet.fenced', 'off', true), set_config('mcpfleet.fence', '', true)`
 
 // Tenant implements Command.
 func (c *fencedCmd) Tenant() uuid.UUID { return c.inner.Tenant() }

@@ -203,14 +203,17 @@ type tenantStep struct {
 }
 
 // stepSQL opens each step of inTenantBatch: it scopes what follows to the tenant in $1 and turns the
-// fence flag of migration 0016 off, so a fenced step before cannot drop this step's rows.
-const stepSQL = "SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced', 'off', true)"
+// fence flag of migration 0016 off, so a fenced step before cannot drop this step's rows (and clears
+// mcpfleet.fence, see fencedStepSQL).
+const stepSQL = "SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced', 'off', true), set_config('mcpfleet.fence', '', true)"
 
 // fencedStepSQL is stepSQL for a step under the fence ($2, $3): the flag is on, and the step's rows are
-// dropped, unless the epoch is still the shard's; the shard's row is held FOR SHARE until COMMIT.
+// dropped, unless the epoch is still the shard's; the shard's row is held FOR SHARE until COMMIT. It also
+// names the fence, "shard:epoch", in mcpfleet.fence for the step's statements, so a trigger can record
+// which fence a row was written under (the chaos suite's owner check does; nothing in the service reads it).
 const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced',
 		CASE WHEN EXISTS (SELECT 1 FROM shard_owners WHERE shard = $2 AND epoch = $3 FOR SHARE) THEN 'off' ELSE 'on' END,
-		true) = 'off'`
+		true) = 'off' AND set_config('mcpfleet.fence', $2::int || ':' || $3::bigint, true) <> ''`
 
 // inTenantBatch opens every multi-tenant transaction of this package: it sends all steps in one
 // transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
