@@ -6,7 +6,7 @@ TEST_TAGS := chaos
 # staticcheck from the Go module proxy, pinned (2026.2.2 supports Go 1.26); the first run downloads and builds it
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run cluster build test test-short test-race lint vuln bench chaos chaos-short fuzz jaeger jaeger-run clean
+.PHONY: run cluster build test test-short test-race lint vuln bench chaos chaos-short chaos-cluster fuzz jaeger jaeger-run clean
 
 ## run: the whole thing on an embedded default — PostgreSQL found or started, demo tenant, demo MCP servers
 run:
@@ -57,6 +57,12 @@ chaos:
 ## chaos-short: the short schedule that `make test` runs (~2 min)
 chaos-short:
 	$(GO) test -count=1 -run TestChaosShort -v ./chaos
+
+## chaos-cluster: the cluster schedule (~6 min): three nodes on a private etcd (etcd-server), kill -9 of a node, SIGSTOP
+## past its etcd lease, etcd stopped 30 s, a fourth node added, under load; checks that every transition was its owner's
+chaos-cluster:
+	$(GO) build -tags chaos -o $(BIN)/mcpfleet-chaos-target ./cmd/mcpfleet
+	$(GO) run ./cmd/mcpfleet-chaos -schedule cluster -binary $(BIN)/mcpfleet-chaos-target
 
 ## fuzz: run each fuzz target for a while (the committed corpus runs in every `make test`)
 fuzz:

@@ -28,17 +28,19 @@ const (
 	InvWellFormed         = "no 500, every 503 has Retry-After"
 	InvAnswered           = "every request answered while the process runs"
 	InvProcess            = "process exits only when told, gracefully on SIGTERM"
+	InvOwner              = "cluster: every transition committed by its shard's owner, fenced"
 )
 
 var invariantOrder = []string{
 	InvNoEarlyUnhealthy, InvNoFalseAlarm, InvSilentUnhealthy, InvSkillsConsistent, InvRegistration,
 	InvDeregistration, InvRecoveryDurable, InvHealthyPrompt, InvAuditChain, InvAuditRetained, InvStatusMatchesLast,
-	InvAlertDelivered, InvAlertGenuine, InvOutageHeartbeats, InvRefusedNotRecorded, InvReadyz, InvWellFormed, InvAnswered, InvProcess,
+	InvAlertDelivered, InvAlertGenuine, InvOutageHeartbeats, InvRefusedNotRecorded, InvReadyz, InvWellFormed, InvAnswered, InvProcess, InvOwner,
 }
 
 var faultOrder = []string{
 	FaultServerPanic, FaultServerStop, FaultServerPoison, FaultWriterPanic, FaultStamperPanic, FaultAlertsPanic,
 	FaultWebhookFlaky, FaultKill9, FaultDBStop, FaultDBRestart, FaultSigstop, FaultDrop10, FaultDrop60, FaultDrop100, FaultChurn,
+	FaultNodeKill9, FaultNodeSigstop, FaultEtcdStop, FaultNodeAdd,
 }
 
 // Violation is one broken invariant, with the timeline that shows it.
@@ -84,7 +86,8 @@ type checker struct {
 	allEvents []AuditEvent // final audit (or the poller's), by seq
 	silences  map[int][]Silence
 	pauses    []Window
-	downs     []Window // process not serving: from kill (or unexpected exit) to the next ready
+	downs     []Window         // process not serving: from kill (or unexpected exit) to the next ready; cluster: a topology change + the failover bound
+	nodeDowns map[int][]Window // cluster: a node not serving (killed, stopped, exited on its own) until ready or continued
 	outages   []Window
 	faults    []Fault
 	counts    map[string]*Count
@@ -112,6 +115,7 @@ func Check(h *History) *Report {
 	c.checkReadyz()
 	c.checkResponses()
 	c.checkProcess()
+	c.checkOwners()
 	c.countFaults()
 	for _, n := range invariantOrder {
 		cnt := c.counts[n]

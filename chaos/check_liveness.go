@@ -125,6 +125,9 @@ func (c *checker) checkNoFalseAlarm() {
 			if q.Kind != ReqHeartbeat || q.Done.Before(from) || q.Sent.After(e.OccurredAt) {
 				continue
 			}
+			if q.Code == 0 && c.nodeDowns != nil && overlaps(c.nodeDowns[q.Node], q.Sent, q.Done, 500*time.Millisecond) {
+				continue // sent to a node that was not serving: it reached nobody (the next one went elsewhere)
+			}
 			busy = append(busy, Window{q.Sent, q.Done})
 			outcome[outcomeOf(q)]++
 			tl = append(tl, c.describeReq(q))

@@ -27,6 +27,9 @@ func (c *checker) checkResponses() {
 		}
 		if q.Code == 0 {
 			excused := overlaps(c.downs, q.Sent, q.Done, 500*time.Millisecond) || overlaps(c.pauses, q.Sent, q.Done, 500*time.Millisecond)
+			if c.nodeDowns != nil {
+				excused = overlaps(c.nodeDowns[q.Node], q.Sent, q.Done, 500*time.Millisecond)
+			}
 			if !c.check(InvAnswered, excused) {
 				k := q.Kind + ": " + q.Err
 				unanswered[k] = append(unanswered[k], q)
@@ -66,15 +69,19 @@ func (c *checker) checkResponses() {
 	}
 }
 
-// checkProcess: the process exits only when the suite tells it to; the last one shuts down on SIGTERM
-// with exit status 0 within 20 s (the service's own shutdown bound) plus 5 s.
+// checkProcess: the process exits only when the suite tells it to; the last one (of each node) shuts
+// down on SIGTERM with exit status 0 within 20 s (the service's own shutdown bound) plus 5 s.
 func (c *checker) checkProcess() {
+	last := map[int]int{}
+	for i, inc := range c.h.Incarnations {
+		last[inc.Node] = i
+	}
 	for i, inc := range c.h.Incarnations {
 		switch {
 		case inc.StopSent.IsZero() && !inc.End.IsZero():
 			c.check(InvProcess, false)
 			c.violate(Violation{Invariant: InvProcess, At: inc.End, Message: fmt.Sprintf("incarnation %d (pid %d) exited on its own: %s; see %s", inc.N, inc.PID, inc.Exit, inc.Log)})
-		case inc.Signal == "terminated" && i == len(c.h.Incarnations)-1:
+		case inc.Signal == "terminated" && i == last[inc.Node]:
 			took := inc.End.Sub(inc.StopSent)
 			if !c.check(InvProcess, inc.ExitCode == 0 && took <= 25*time.Second) {
 				c.violate(Violation{Invariant: InvProcess, At: inc.End, Message: fmt.Sprintf("graceful shutdown: %s after %s (want exit status 0 within 25 s)", inc.Exit, took.Round(time.Millisecond))})

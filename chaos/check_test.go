@@ -221,3 +221,33 @@ func TestCheckRefusedButRecorded(t *testing.T) {
 	h.event("mcp.server.recovered", "unhealthy", "healthy", 9*s+time.Millisecond)
 	expect(t, chaos.Check(h.History), chaos.InvRefusedNotRecorded)
 }
+
+// The owner invariant on a cluster history: the server sid is in shard 55; n1 (cluster address a1) owns
+// it at epoch 4. Each case records the registration's write differently.
+func TestCheckOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(w *chaos.Write)
+		drop  bool
+		want  []string
+	}{
+		{"owner under its epoch", func(*chaos.Write) {}, false, nil},
+		{"unfenced", func(w *chaos.Write) { w.Fence = "" }, false, []string{chaos.InvOwner}},
+		{"stale epoch", func(w *chaos.Write) { w.Fence = "55:3" }, false, []string{chaos.InvOwner}},
+		{"not the owner", func(w *chaos.Write) { w.Writer = "n2.1" }, false, []string{chaos.InvOwner}},
+		{"fence of another shard", func(w *chaos.Write) { w.Fence = "54:4" }, false, []string{chaos.InvOwner}},
+		{"no write recorded", func(*chaos.Write) {}, true, []string{chaos.InvOwner}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(5*s, 6*s)
+			h.Params.Nodes, h.Params.FailoverBound = 2, 15*s
+			h.Nodes = []chaos.NodeInfo{{Index: 0, Name: "n1", ClusterAddr: "a1"}, {Index: 1, Name: "n2", ClusterAddr: "a2"}}
+			w := chaos.Write{EventID: h.Final.Audit[0].EventID, ServerID: sid, Shard: 55, Fence: "55:4", Writer: "n1.1", OwnerNode: "a1", OwnerEpoch: 4, At: at(5 * time.Millisecond)}
+			tc.write(&w)
+			if !tc.drop {
+				h.Writes = append(h.Writes, w)
+			}
+			expect(t, chaos.Check(h.History), tc.want...)
+		})
+	}
+}

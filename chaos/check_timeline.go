@@ -66,6 +66,10 @@ func (c *checker) index() {
 	}
 	c.faults = append([]Fault(nil), h.Faults...)
 	slices.SortStableFunc(c.faults, func(a, b Fault) int { return a.Start.Compare(b.Start) })
+	if h.Params.Nodes > 0 {
+		c.indexCluster()
+		return
+	}
 	for _, f := range c.faults {
 		end := f.End
 		if end.IsZero() {
@@ -89,6 +93,62 @@ func (c *checker) index() {
 	// After the last incarnation was told to stop, nothing is expected of it.
 	if n := len(h.Incarnations); n > 0 && !h.Incarnations[n-1].StopSent.IsZero() {
 		c.downs = append(c.downs, Window{h.Incarnations[n-1].StopSent, c.end.Add(time.Hour)})
+	}
+}
+
+// indexCluster builds the fault windows of a cluster schedule. A node fault or an etcd outage is a
+// topology change: from its start to its end + the failover bound, servers may be between owners (held,
+// with grace from their new owner's takeover: the deadline of a silent server is the window's end + 3H
+// + M), so the window counts as down for the liveness, promptness and /readyz checks. Unanswered requests
+// are excused only at the node that was not serving (killed until its restart was ready, stopped until
+// continued). Pauses are not subtracted from any server's time: a stopped node's servers are taken by
+// another node with grace, not held by the stopped one.
+func (c *checker) indexCluster() {
+	h := c.h
+	nodeOf := map[string]int{}
+	for _, n := range h.Nodes {
+		nodeOf[n.Name] = n.Index
+	}
+	c.nodeDowns = map[int][]Window{}
+	for _, f := range c.faults {
+		end := f.End
+		if end.IsZero() {
+			end = c.end
+		}
+		switch f.Kind {
+		case FaultNodeKill9, FaultNodeSigstop:
+			c.nodeDowns[nodeOf[f.Target]] = append(c.nodeDowns[nodeOf[f.Target]], Window{f.Start, end})
+			c.downs = append(c.downs, Window{f.Start, end.Add(h.Params.FailoverBound)})
+		case FaultEtcdStop, FaultNodeAdd:
+			c.downs = append(c.downs, Window{f.Start, end.Add(h.Params.FailoverBound)})
+		}
+	}
+	byNode := map[int][]Incarnation{}
+	for _, inc := range h.Incarnations {
+		byNode[inc.Node] = append(byNode[inc.Node], inc)
+	}
+	first := time.Time{}
+	for n, incs := range byNode {
+		for i, inc := range incs {
+			if inc.StopSent.IsZero() && !inc.End.IsZero() {
+				end := c.end
+				if i+1 < len(incs) {
+					end = incs[i+1].Ready
+				}
+				c.nodeDowns[n] = append(c.nodeDowns[n], Window{inc.End, end})
+				c.downs = append(c.downs, Window{inc.End, end.Add(h.Params.FailoverBound)})
+			}
+		}
+		if last := incs[len(incs)-1]; !last.StopSent.IsZero() && (first.IsZero() || last.StopSent.Before(first)) {
+			first = last.StopSent
+		}
+	}
+	// After the first node was told to stop at the end, nothing is expected of any.
+	if !first.IsZero() {
+		c.downs = append(c.downs, Window{first, c.end.Add(time.Hour)})
+		for n := range byNode {
+			c.nodeDowns[n] = append(c.nodeDowns[n], Window{first, c.end.Add(time.Hour)})
+		}
 	}
 }
 

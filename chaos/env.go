@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,6 +217,12 @@ type service struct {
 	addr   string
 	logDir string
 
+	// Cluster schedules: the node slot, and the database URL its incarnations get with the setting
+	// mcpfleet.node = "<name>.<incarnation>" on every connection (read by the suite's audit trigger).
+	node  int
+	name  string
+	dbURL string
+
 	mu   sync.Mutex
 	cur  *exec.Cmd
 	inc  *Incarnation
@@ -233,14 +241,19 @@ func (s *service) start(ctx context.Context, limit time.Duration) (*Incarnation,
 		return nil, errors.New("start: an incarnation is running")
 	}
 	s.n++
-	inc := &Incarnation{N: s.n, Log: filepath.Join(s.logDir, fmt.Sprintf("service-%02d.log", s.n))}
+	inc := &Incarnation{N: s.n, Node: s.node, Log: filepath.Join(s.logDir, fmt.Sprintf("service-%02d.log", s.n))}
+	env := s.env
+	if s.name != "" {
+		inc.Log = filepath.Join(s.logDir, fmt.Sprintf("%s-%02d.log", s.name, s.n))
+		env = append(slices.Clone(s.env), "MCPFLEET_DATABASE_URL="+s.dbURL+"&options="+strings.ReplaceAll(url.QueryEscape(fmt.Sprintf("-c mcpfleet.node=%s.%d", s.name, s.n)), "+", "%20"))
+	}
 	logf, err := os.Create(inc.Log)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
 	cmd := exec.Command(s.binary, "serve")
-	cmd.Env = s.env
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The service dies with the suite even if the suite is killed: no orphan keeps the port.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

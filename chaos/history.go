@@ -27,6 +27,35 @@ type History struct {
 	Final        FinalState    `json:"final"`        // the database after the run
 	Phases       []PhaseMark   `json:"phases"`       // when each phase of the schedule began
 	Notes        []string      `json:"notes"`        // what the suite itself noticed (setup, slow steps)
+
+	// Cluster schedules only (Params.Nodes > 0).
+	Nodes  []NodeInfo `json:"nodes,omitempty"`  // every node slot of the cluster
+	Writes []Write    `json:"writes,omitempty"` // the fence and owner of every audit event, recorded in its transaction
+}
+
+// NodeInfo is one node slot of a cluster schedule: its incarnations share the name and the addresses.
+type NodeInfo struct {
+	Index       int    `json:"index"`
+	Name        string `json:"name"`         // n1, n2, ...
+	ClusterAddr string `json:"cluster_addr"` // MCPFLEET_CLUSTER_ADDR, the node name it claims shards under
+	URL         string `json:"url"`
+}
+
+// Write is what the suite's trigger on audit_events recorded in the transaction that inserted an event
+// (cluster schedules): the fence the writing command carried (persistence.WithFence sets mcpfleet.fence to
+// "shard:epoch"; empty: the write was not fenced), the node process that wrote it (the mcpfleet.node
+// setting the suite gives each incarnation's connections), and the row of shard_owners for the event's
+// server's shard as that transaction saw it, locked FOR SHARE so no claim can commit between the read and
+// the write's commit.
+type Write struct {
+	EventID    string    `json:"event_id"`
+	ServerID   string    `json:"server_id"`
+	Shard      int       `json:"shard"` // computed by the trigger (FNV-1a in SQL); checked against shard.Of
+	Fence      string    `json:"fence"`
+	Writer     string    `json:"writer"` // "<node name>.<incarnation>"
+	OwnerNode  string    `json:"owner_node"`
+	OwnerEpoch int64     `json:"owner_epoch"`
+	At         time.Time `json:"at"`
 }
 
 // PhaseMark is the beginning of a phase of the schedule.
@@ -38,15 +67,17 @@ type PhaseMark struct {
 // Params are the settings the checks depend on.
 type Params struct {
 	Schedule         string        `json:"schedule"`
-	Heartbeat        time.Duration `json:"heartbeat"`         // H
-	Monitor          time.Duration `json:"monitor"`           // the monitor period
-	WriteTimeout     time.Duration `json:"write_timeout"`     // MCPFLEET_WRITE_TIMEOUT
-	ReconcileEvery   time.Duration `json:"reconcile_every"`   // the skills reconciliation period of the service
-	FlapWindow       time.Duration `json:"flap_window"`       // the flapping window of the service
-	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"` // the modules' client timeout for a heartbeat
-	CommandTimeout   time.Duration `json:"command_timeout"`   // the client timeout of register and deregister
-	Tolerance        time.Duration `json:"tolerance"`         // slack of the liveness bound (see Check)
-	EarlyTolerance   time.Duration `json:"early_tolerance"`   // slack of the no-early-unhealthy bound
+	Heartbeat        time.Duration `json:"heartbeat"`                // H
+	Monitor          time.Duration `json:"monitor"`                  // the monitor period
+	WriteTimeout     time.Duration `json:"write_timeout"`            // MCPFLEET_WRITE_TIMEOUT
+	ReconcileEvery   time.Duration `json:"reconcile_every"`          // the skills reconciliation period of the service
+	FlapWindow       time.Duration `json:"flap_window"`              // the flapping window of the service
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`        // the modules' client timeout for a heartbeat
+	CommandTimeout   time.Duration `json:"command_timeout"`          // the client timeout of register and deregister
+	Tolerance        time.Duration `json:"tolerance"`                // slack of the liveness bound (see Check)
+	EarlyTolerance   time.Duration `json:"early_tolerance"`          // slack of the no-early-unhealthy bound
+	Nodes            int           `json:"nodes,omitempty"`          // cluster schedules: the nodes at the start (0: one process, no cluster)
+	FailoverBound    time.Duration `json:"failover_bound,omitempty"` // cluster: a topology change to every shard owned again (docs/cluster.md)
 }
 
 // ModuleInfo is one simulated module.
@@ -85,6 +116,7 @@ type Request struct {
 	Events   int       `json:"n,omitempty"` // audit: events in the page
 	Inc      int       `json:"inc"`         // the service incarnation current when it was sent
 	Phase    string    `json:"ph,omitempty"`
+	Node     int       `json:"nd,omitempty"` // cluster: the index of the node it was sent to
 }
 
 // Accepted reports whether the request got a 2xx answer.
@@ -107,6 +139,12 @@ const (
 	FaultDrop100      = "drop 100% heartbeats"
 	FaultWebhookFlaky = "webhook failing 30%"
 	FaultChurn        = "deregister + register"
+
+	// Cluster schedules: Target names the node.
+	FaultNodeKill9   = "node kill -9 + restart"
+	FaultNodeSigstop = "node SIGSTOP > etcd lease + SIGCONT"
+	FaultEtcdStop    = "etcd stopped"
+	FaultNodeAdd     = "node added"
 )
 
 // Fault is one injected fault and its window [Start, End]: for a kill -9, from the signal to the new
@@ -150,6 +188,7 @@ type Incarnation struct {
 	Exit     string    `json:"exit"`      // "exit status 0", "signal: killed", ...
 	ExitCode int       `json:"exit_code"` // -1 when ended by a signal
 	Log      string    `json:"log"`       // path of its stderr
+	Node     int       `json:"node"`      // cluster: the node slot it ran in
 }
 
 // Window is a time interval [Start, End].

@@ -14,12 +14,16 @@ import (
 	"time"
 )
 
-// api sends the suite's requests to the service and records each of them.
+// api sends the suite's requests to the service and records each of them. In a cluster schedule nodes
+// is the load balancer in front of the nodes: every request goes to a node drawn at random among those in
+// rotation, and one that got no answer for a reason other than a timeout (refused, reset: the node died
+// under it) is sent once more to another node, as a balancer retries an idempotent request.
 type api struct {
 	base   string
 	client *http.Client // no overall timeout: each call sets its own
 	rec    *recorder
 	inc    func() int
+	nodes  *balancer // cluster schedules; nil for one process
 }
 
 type answer struct {
@@ -33,16 +37,41 @@ type answer struct {
 // call sends one request with its own timeout and records it as q (Kind, Module, ServerID preset).
 // It returns the answer, or ok=false when none came.
 func (a *api) call(ctx context.Context, q Request, method, path, key string, body any, timeout time.Duration) (answer, bool) {
+	if a.nodes == nil {
+		ans, ok, _ := a.callAt(ctx, -1, q, method, path, key, body, timeout)
+		return ans, ok
+	}
+	n := a.nodes.pick(-1)
+	ans, ok, retry := a.callAt(ctx, n, q, method, path, key, body, timeout)
+	if !ok && retry && ctx.Err() == nil {
+		if m := a.nodes.pick(n); m >= 0 && m != n {
+			ans, ok, _ = a.callAt(ctx, m, q, method, path, key, body, timeout)
+		}
+	}
+	return ans, ok
+}
+
+// callAt sends one request to node n (-1: the one process) and records it. retry reports a transport
+// error other than a timeout.
+func (a *api) callAt(ctx context.Context, n int, q Request, method, path, key string, body any, timeout time.Duration) (ans answer, ok, retry bool) {
 	var rdr io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rdr = bytes.NewReader(b)
 	}
+	base := a.base
+	if n >= 0 {
+		base = a.nodes.url(n)
+		q.Node = n
+		q.Inc = a.nodes.inc(n)
+	} else {
+		q.Inc = a.inc()
+	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, method, a.base+path, rdr)
+	req, err := http.NewRequestWithContext(cctx, method, base+path, rdr)
 	if err != nil {
-		return answer{}, false
+		return answer{}, false, false
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -50,31 +79,30 @@ func (a *api) call(ctx context.Context, q Request, method, path, key string, bod
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	q.Inc = a.inc()
 	q.Sent = time.Now()
 	resp, err := a.client.Do(req)
 	if err != nil {
 		q.Done = time.Now()
 		if ctx.Err() != nil {
-			return answer{}, false // the run is over: not part of the history
+			return answer{}, false, false // the run is over: not part of the history
 		}
 		q.Err, q.Timeout = classify(err)
 		a.rec.request(q)
-		return answer{}, false
+		return answer{}, false, !q.Timeout
 	}
 	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	resp.Body.Close()
 	q.Done = time.Now()
 	if rerr != nil && ctx.Err() != nil {
-		return answer{}, false
+		return answer{}, false, false
 	}
 	if rerr != nil {
 		q.Err, q.Timeout = classify(rerr)
 		q.Code = 0
 		a.rec.request(q)
-		return answer{}, false
+		return answer{}, false, !q.Timeout
 	}
-	ans := answer{Code: resp.StatusCode, Body: b, Retry: resp.Header.Get("Retry-After")}
+	ans = answer{Code: resp.StatusCode, Body: b, Retry: resp.Header.Get("Retry-After")}
 	q.Code = resp.StatusCode
 	if resp.StatusCode >= 400 {
 		var p struct {
@@ -109,7 +137,7 @@ func (a *api) call(ctx context.Context, q Request, method, path, key string, bod
 		q.Status = s.Status
 	}
 	a.rec.request(q)
-	return ans, true
+	return ans, true, false
 }
 
 func shorten(s string, n int) string {
@@ -128,6 +156,10 @@ type module struct {
 
 	silent atomic.Bool // set by a drop fault: no heartbeats are sent
 	churns chan time.Duration
+
+	beats  sync.WaitGroup // asynchronous heartbeats in flight (cluster schedules)
+	flying atomic.Int32
+	regMu  sync.Mutex // one re-registration at a time
 
 	mu       sync.Mutex
 	serverID string
@@ -153,6 +185,10 @@ type moduleConfig struct {
 	HeartbeatTimeout time.Duration
 	CommandTimeout   time.Duration
 	Key              string
+	// Async sends each heartbeat on its tick without waiting for the previous one's answer (at most 4 in
+	// flight), as a module with a timer does: in a cluster schedule a heartbeat hanging at a node that was
+	// just stopped must not hold back the next one, which the balancer sends to another node.
+	Async bool
 }
 
 var registerTools = []map[string]any{
@@ -198,6 +234,7 @@ func (m *module) run(ctx context.Context, a *api, cfg moduleConfig, rec *recorde
 	}
 	t := time.NewTicker(cfg.H)
 	defer t.Stop()
+	defer m.beats.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -208,7 +245,18 @@ func (m *module) run(ctx context.Context, a *api, cfg moduleConfig, rec *recorde
 			if m.silent.Load() {
 				continue
 			}
-			m.heartbeat(ctx, a, cfg)
+			if !cfg.Async {
+				m.heartbeat(ctx, a, cfg)
+				continue
+			}
+			if m.flying.Load() >= 4 {
+				continue
+			}
+			m.flying.Add(1)
+			m.beats.Go(func() {
+				defer m.flying.Add(-1)
+				m.heartbeat(ctx, a, cfg)
+			})
 		}
 	}
 }
@@ -222,13 +270,20 @@ func (m *module) heartbeat(ctx context.Context, a *api, cfg moduleConfig) {
 	}
 	switch ans.Code {
 	case http.StatusNotFound, http.StatusConflict:
-		// Not registered (any more): a real module registers again.
-		m.register(ctx, a, cfg)
+		// Not registered (any more): a real module registers again (once, if heartbeats overlap).
+		if !m.regMu.TryLock() {
+			return
+		}
+		defer m.regMu.Unlock()
+		if m.id() == id {
+			m.register(ctx, a, cfg)
+		}
 	}
 }
 
 // doChurn deregisters the module, stays away for gap, and registers it again.
 func (m *module) doChurn(ctx context.Context, a *api, cfg moduleConfig, rec *recorder, gap time.Duration) {
+	m.beats.Wait() // no heartbeat of the old registration answers after the deregistration
 	id := m.id()
 	m.mu.Lock()
 	m.active = false

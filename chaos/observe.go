@@ -113,7 +113,8 @@ func pollAudit(ctx context.Context, a *api, key string, period time.Duration) {
 	}
 }
 
-// probeReadyz asks /readyz every period until ctx ends.
+// probeReadyz asks /readyz every period until ctx ends: the one process, or every node of a cluster in
+// the balancer's rotation (a node the suite is killing, stopping or starting is judged by its restart).
 func probeReadyz(ctx context.Context, a *api, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -123,7 +124,13 @@ func probeReadyz(ctx context.Context, a *api, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		a.call(ctx, Request{Kind: ReqReadyz, Module: -1}, http.MethodGet, "/readyz", "", nil, 3*time.Second)
+		if a.nodes == nil {
+			a.call(ctx, Request{Kind: ReqReadyz, Module: -1}, http.MethodGet, "/readyz", "", nil, 3*time.Second)
+			continue
+		}
+		for _, i := range a.nodes.rotation() {
+			a.callAt(ctx, i, Request{Kind: ReqReadyz, Module: -1}, http.MethodGet, "/readyz", "", nil, 3*time.Second)
+		}
 	}
 }
 
@@ -184,8 +191,8 @@ func watchSkills(ctx context.Context, url string, rec *recorder, period time.Dur
 	}
 }
 
-// readFinal reads what the database holds at the end of the run.
-func readFinal(ctx context.Context, url string) (FinalState, error) {
+// readFinal reads what the database holds at the end of the run, and (cluster) the recorded writes.
+func readFinal(ctx context.Context, url string, cluster bool, writes *[]Write) (FinalState, error) {
 	var f FinalState
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -227,6 +234,11 @@ func readFinal(ctx context.Context, url string) (FinalState, error) {
 	})
 	if err != nil {
 		return f, fmt.Errorf("read final outbox: %w", err)
+	}
+	if cluster {
+		if *writes, err = readWrites(ctx, conn); err != nil {
+			return f, err
+		}
 	}
 	f.Skills = scanSkills(ctx, url)
 	f.Read = true

@@ -27,7 +27,7 @@ import (
 
 // Config configures a run. Zero values take the defaults of the schedule.
 type Config struct {
-	Schedule string // "short" or "full"
+	Schedule string // "short" or "full" (one process); "cluster" or "cluster-short" (three nodes on etcd)
 	Binary   string // the service built with -tags chaos; empty: built from Root
 	Root     string // the module's root directory (to build the binary and hold artifacts)
 	Race     bool   // build the service with the race detector
@@ -39,6 +39,8 @@ type Config struct {
 	Monitor    time.Duration // monitor period given to the service (default 250 ms)
 	DBOutage   time.Duration // how long PostgreSQL stays stopped (full: 60 s, short: 8 s)
 	FlapWindow time.Duration // the service's flapping window (default 15 min, the service's default)
+	EtcdOutage time.Duration // cluster: how long etcd stays stopped (cluster: 30 s, cluster-short: 10 s)
+	Nodes      int           // cluster: nodes at the start (default 3; one more is added under load)
 
 	Artifacts string    // directory for the history and the service logs; default Root/artifacts/chaos/<schedule>-<time>
 	Log       io.Writer // progress; nil discards
@@ -48,11 +50,11 @@ func (c *Config) defaults() error {
 	switch c.Schedule {
 	case "":
 		c.Schedule = "short"
-	case "short", "full":
+	case "short", "full", "cluster", "cluster-short":
 	default:
-		return fmt.Errorf("unknown schedule %q: want short or full", c.Schedule)
+		return fmt.Errorf("unknown schedule %q: want short, full, cluster or cluster-short", c.Schedule)
 	}
-	short := c.Schedule == "short"
+	short := c.Schedule == "short" || c.Schedule == "cluster-short"
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -66,9 +68,25 @@ func (c *Config) defaults() error {
 	} else {
 		def(&c.DBOutage, 60*time.Second)
 	}
+	if c.cluster() {
+		if c.Nodes == 0 {
+			c.Nodes = 3
+		}
+		if short {
+			def(&c.EtcdOutage, 10*time.Second)
+		} else {
+			def(&c.EtcdOutage, 30*time.Second)
+		}
+		if c.Nodes < 2 || c.Nodes > 6 || c.EtcdOutage < time.Second {
+			return fmt.Errorf("nodes %d (2 to 6), etcd outage %s (at least 1 s)", c.Nodes, c.EtcdOutage)
+		}
+	}
 	if c.Modules == 0 {
 		c.Modules = 300
-		if short {
+		switch {
+		case c.Schedule == "cluster":
+			c.Modules = 150
+		case short:
 			c.Modules = 60
 		}
 	}
@@ -89,6 +107,8 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+func (c *Config) cluster() bool { return c.Schedule == "cluster" || c.Schedule == "cluster-short" }
 
 // Result is the outcome of a run.
 type Result struct {
@@ -116,6 +136,23 @@ type runner struct {
 
 	procMu sync.Mutex // serialises restarts of the service
 	mcfg   moduleConfig
+
+	// Cluster schedules: the nodes behind the balancer (svc is nil), etcd, the nodes' common environment.
+	etcd    *etcdProc
+	lb      *balancer
+	nodeEnv []string
+	exitCtx context.Context // ends when the schedule stops watching for unasked exits
+}
+
+// services returns every service process slot: the one process, or the cluster's nodes.
+func (r *runner) services() []*service {
+	if r.lb != nil {
+		return r.lb.all()
+	}
+	if r.svc == nil {
+		return nil
+	}
+	return []*service{r.svc}
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -160,11 +197,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	tol := 500 * time.Millisecond
-	r.rec = newRecorder(Params{
+	p := Params{
 		Schedule: cfg.Schedule, Heartbeat: cfg.Heartbeat, Monitor: cfg.Monitor, WriteTimeout: 5 * time.Second,
 		ReconcileEvery: time.Minute, FlapWindow: cfg.FlapWindow, HeartbeatTimeout: 10 * time.Second,
 		CommandTimeout: 15 * time.Second, Tolerance: tol, EarlyTolerance: 25 * time.Millisecond,
-	})
+	}
+	if r.cfg.cluster() {
+		p.Nodes, p.FailoverBound = r.cfg.Nodes, FailoverBound
+	}
+	r.rec = newRecorder(p)
 
 	r.logf("starting a private PostgreSQL cluster under %s", wd.path)
 	r.db, err = startDatabase(ctx, wd.pgDir())
@@ -186,14 +227,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer r.hook.close()
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	r.svc = &service{binary: r.cfg.Binary, addr: "127.0.0.1:" + strconv.Itoa(port), logDir: r.cfg.Artifacts}
-	r.svc.env = append(baseEnv(),
+	env := append(baseEnv(),
 		"MCPFLEET_DATABASE_URL="+r.db.appURL,
-		"MCPFLEET_HTTP_ADDR="+r.svc.addr,
 		"MCPFLEET_HEARTBEAT_INTERVAL="+cfg.Heartbeat.String(),
 		"MCPFLEET_MONITOR_INTERVAL="+cfg.Monitor.String(),
 		"MCPFLEET_WRITE_TIMEOUT=5s",
@@ -203,15 +238,39 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"MCPFLEET_LOG_LEVEL=info",
 		"MCPFLEET_METRICS_ADDR=off", // the suite reads no metrics; never collide on the default port
 	)
-	defer r.svc.kill()
-	r.rec.inc = r.svc.current
-	r.api = &api{base: r.svc.url(), client: &http.Client{Transport: newTransport()}, rec: r.rec, inc: r.svc.current}
-
-	r.logf("starting the service %s on %s (H %s, monitor %s)", r.cfg.Binary, r.svc.addr, cfg.Heartbeat, cfg.Monitor)
-	if _, err := r.svc.start(ctx, time.Minute); err != nil {
-		return nil, err
+	exitCtx, stopExits := context.WithCancel(ctx)
+	defer stopExits()
+	r.exitCtx = exitCtx
+	defer func() {
+		for _, s := range r.services() {
+			s.kill()
+		}
+		if r.etcd != nil {
+			r.etcd.stop()
+		}
+	}()
+	if r.cfg.cluster() {
+		r.logf("starting a cluster of %d nodes (H %s, monitor %s); %s", cfg.Nodes, cfg.Heartbeat, cfg.Monitor, netnsNote())
+		r.rec.note("%s", netnsNote())
+		if err := r.startCluster(ctx, wd, env); err != nil {
+			return nil, err
+		}
+	} else {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		r.svc = &service{binary: r.cfg.Binary, addr: "127.0.0.1:" + strconv.Itoa(port), logDir: r.cfg.Artifacts}
+		r.svc.env = append(env, "MCPFLEET_HTTP_ADDR="+r.svc.addr)
+		r.rec.inc = r.svc.current
+		r.api = &api{base: r.svc.url(), client: &http.Client{Transport: newTransport()}, rec: r.rec, inc: r.svc.current}
+		r.logf("starting the service %s on %s (H %s, monitor %s)", r.cfg.Binary, r.svc.addr, cfg.Heartbeat, cfg.Monitor)
+		if _, err := r.svc.start(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+		go r.watchExits(exitCtx, r.svc, -1)
 	}
-	suiteErr := r.schedule(ctx)
+	suiteErr := r.schedule(ctx, stopExits)
 	if suiteErr != nil {
 		r.logf("schedule stopped: %v", suiteErr)
 	}
@@ -256,8 +315,8 @@ func (r *runner) setupSchema(ctx context.Context) error {
 }
 
 // schedule runs the load, the observers and the faults, then winds everything down.
-func (r *runner) schedule(ctx context.Context) (err error) {
-	r.mcfg = moduleConfig{H: r.cfg.Heartbeat, HeartbeatTimeout: 10 * time.Second, CommandTimeout: 15 * time.Second, Key: r.keys.module}
+func (r *runner) schedule(ctx context.Context, stopExits func()) (err error) {
+	r.mcfg = moduleConfig{H: r.cfg.Heartbeat, HeartbeatTimeout: 10 * time.Second, CommandTimeout: 15 * time.Second, Key: r.keys.module, Async: r.cfg.cluster()}
 	r.fleet = newFleet(r.cfg.Modules, r.cfg.Churn, "chaos-mod")
 	obsCtx, stopObs := context.WithCancel(ctx)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -267,11 +326,11 @@ func (r *runner) schedule(ctx context.Context) (err error) {
 		r.fleet.wg.Wait()
 		stopObs()
 		wg.Wait()
+		stopExits()
 	}()
 	wg.Go(func() { pollAudit(obsCtx, r.api, r.keys.admin, 100*time.Millisecond) })
 	wg.Go(func() { probeReadyz(obsCtx, r.api, 500*time.Millisecond) })
 	wg.Go(func() { watchSkills(obsCtx, r.db.adminURL, r.rec, time.Second) })
-	wg.Go(func() { r.watchExits(obsCtx) })
 
 	r.rec.setPhase("warmup")
 	r.logf("registering %d modules (%d churning)", r.cfg.Modules, r.cfg.Churn)
@@ -285,7 +344,11 @@ func (r *runner) schedule(ctx context.Context) (err error) {
 	r.checkpoint(ctx, "warmup")
 
 	for round := 1; round <= r.cfg.Rounds; round++ {
-		for _, p := range r.phases(round) {
+		phases := r.phases
+		if r.cfg.cluster() {
+			phases = r.clusterPhases
+		}
+		for _, p := range phases(round) {
 			if ctx.Err() != nil {
 				stopChurn()
 				return ctx.Err()
@@ -317,14 +380,21 @@ func (r *runner) schedule(ctx context.Context) (err error) {
 	r.fleet.wg.Wait()
 	stopObs()
 	wg.Wait()
+	stopExits()
 	r.logf("SIGTERM: graceful shutdown")
 	r.procMu.Lock()
-	took, serr := r.svc.stop(syscall.SIGTERM, 25*time.Second)
-	r.procMu.Unlock()
-	if serr != nil {
-		r.rec.note("graceful shutdown: %v", serr)
+	defer r.procMu.Unlock()
+	var stops sync.WaitGroup
+	for _, s := range r.services() { // every node at once: the load has stopped, nothing is left to hand over
+		stops.Go(func() {
+			took, serr := s.stop(syscall.SIGTERM, 25*time.Second)
+			if serr != nil {
+				r.rec.note("graceful shutdown of %s: %v", orDash(s.name), serr)
+			}
+			r.logf("%s exited %s after SIGTERM", orDash(s.name), took.Round(time.Millisecond))
+		})
 	}
-	r.logf("the service exited %s after SIGTERM", took.Round(time.Millisecond))
+	stops.Wait()
 	return nil
 }
 
@@ -365,11 +435,12 @@ func (r *runner) drain(ctx context.Context, limit time.Duration) {
 	}
 }
 
-// watchExits notices an incarnation that exits without the suite asking, records it, and starts a new
-// one so the schedule can go on (the exit itself is a violation).
-func (r *runner) watchExits(ctx context.Context) {
+// watchExits notices an incarnation of s (node slot node; -1: the one process) that exits without the
+// suite asking, records it, and starts a new one so the schedule can go on (the exit itself is a
+// violation).
+func (r *runner) watchExits(ctx context.Context, s *service, node int) {
 	for ctx.Err() == nil {
-		inc, done := r.svc.running()
+		inc, done := s.running()
 		if inc == nil {
 			sleep(ctx, 100*time.Millisecond)
 			continue
@@ -380,12 +451,17 @@ func (r *runner) watchExits(ctx context.Context) {
 		case <-done:
 		}
 		r.procMu.Lock()
-		unasked := !r.svc.askedToStop(inc)
-		if unasked && ctx.Err() == nil && r.svc.current() == 0 {
-			r.rec.note("incarnation %d exited on its own (%s); starting a new one", inc.N, inc.Exit)
-			r.logf("the service exited on its own: %s; restarting it", inc.Exit)
-			if _, err := r.svc.start(ctx, time.Minute); err != nil {
+		unasked := !s.askedToStop(inc)
+		if unasked && ctx.Err() == nil && s.current() == 0 {
+			r.rec.note("%s incarnation %d exited on its own (%s); starting a new one", orDash(s.name), inc.N, inc.Exit)
+			r.logf("%s exited on its own: %s; restarting it", orDash(s.name), inc.Exit)
+			if node >= 0 {
+				r.lb.set(node, false)
+			}
+			if _, err := s.start(ctx, time.Minute); err != nil {
 				r.rec.note("restart after an unexpected exit: %v", err)
+			} else if node >= 0 {
+				r.lb.set(node, true)
 			}
 		}
 		r.procMu.Unlock()
@@ -397,7 +473,9 @@ func (r *runner) collect(ctx context.Context) *History {
 	h := r.rec.history()
 	h.Ended = time.Now()
 	h.Modules = r.fleet.infosOrNil()
-	h.Incarnations = r.svc.incarnations()
+	for _, svc := range r.services() {
+		h.Incarnations = append(h.Incarnations, svc.incarnations()...)
+	}
 	for _, inc := range h.Incarnations {
 		h.Stalls = append(h.Stalls, stallLines(inc.Log, inc.N)...)
 		s := summarizeLog(inc.Log)
@@ -407,7 +485,7 @@ func (r *runner) collect(ctx context.Context) *History {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			h.Notes = append(h.Notes, fmt.Sprintf("incarnation %d log: %d× %s", inc.N, s.Messages[k], k))
+			h.Notes = append(h.Notes, fmt.Sprintf("%s log: %d× %s", filepath.Base(inc.Log), s.Messages[k], k))
 		}
 	}
 	if r.db.cluster != nil {
@@ -415,7 +493,7 @@ func (r *runner) collect(ctx context.Context) *History {
 			h.Notes = append(h.Notes, "final read: "+err.Error())
 		}
 	}
-	f, err := readFinal(ctx, r.db.adminURL)
+	f, err := readFinal(ctx, r.db.adminURL, r.cfg.cluster(), &h.Writes)
 	if err != nil {
 		h.Notes = append(h.Notes, err.Error())
 	}
