@@ -16,17 +16,22 @@ import (
 // checkOwners (cluster schedules): for every audit event, the write the suite's trigger recorded in its
 // transaction (see Write) must show that the command carried a fence (persistence.WithFence), for the
 // shard of the event's server, with the epoch shard_owners held at the commit (the row was locked FOR
-// SHARE to the commit, so no claim came between), and that the writing process is the node that claimed
-// that epoch (shard_owners.node is the owner's MCPFLEET_CLUSTER_ADDR). A stale owner — a node killed,
+// SHARE to the commit, so no claim came between), and that the writing process is the one that claimed
+// that epoch (shard_owners.node names the owner process "host/pid/random", see service.nodeName; an owner
+// named by its MCPFLEET_CLUSTER_ADDR is matched by that). A stale owner — a node killed,
 // stopped past its lease, or slow to hear of a new topology — whose write landed anyway shows up here as
 // an epoch older than the owner's, or as a writer that is not the owner.
 func (c *checker) checkOwners() {
 	if c.h.Params.Nodes == 0 || !c.h.Final.Read {
 		return
 	}
-	addrOf := map[string]string{}
-	for _, n := range c.h.Nodes {
-		addrOf[n.Name] = n.ClusterAddr
+	writers := map[string]writerID{}
+	for _, inc := range c.h.Incarnations {
+		for _, n := range c.h.Nodes {
+			if n.Index == inc.Node {
+				writers[fmt.Sprintf("%s.%d", n.Name, inc.N)] = writerID{addr: n.ClusterAddr, pid: inc.PID}
+			}
+		}
 	}
 	writes := map[string]Write{}
 	for _, w := range c.h.Writes {
@@ -41,7 +46,7 @@ func (c *checker) checkOwners() {
 		case !ok:
 			why = "no write recorded for it (the suite's trigger did not see its insert)"
 		default:
-			why = ownerProblem(w, addrOf)
+			why = ownerProblem(w, writers)
 		}
 		if c.check(InvOwner, why == "") {
 			continue
@@ -62,9 +67,28 @@ func (c *checker) checkOwners() {
 	c.info("owner: %d transitions checked against the recorded fence and shard owner (%d writes recorded)", len(c.allEvents), len(c.h.Writes))
 }
 
+// writerID is what identifies an incarnation as a shard owner: its node's cluster address, its pid.
+type writerID struct {
+	addr string
+	pid  int
+}
+
+// owns reports whether owner (shard_owners.node) names the process of id.
+func (id writerID) owns(owner string) bool {
+	if owner == id.addr {
+		return true
+	}
+	parts := strings.Split(owner, "/")
+	if len(parts) != 3 {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	return err == nil && pid == id.pid
+}
+
 // ownerProblem says what is wrong with a recorded write ("" when nothing is). Its first words, up to a
 // colon, name the kind of problem for the report's summary.
-func ownerProblem(w Write, addrOf map[string]string) string {
+func ownerProblem(w Write, writers map[string]writerID) string {
 	id, err := uuid.Parse(w.ServerID)
 	if err != nil {
 		return "bad record: server id " + w.ServerID
@@ -87,9 +111,8 @@ func ownerProblem(w Write, addrOf map[string]string) string {
 	if epoch != w.OwnerEpoch {
 		return fmt.Sprintf("stale epoch: committed under epoch %d while shard %d was at epoch %d (owner %s)", epoch, w.Shard, w.OwnerEpoch, orDash(w.OwnerNode))
 	}
-	node, _, _ := strings.Cut(w.Writer, ".")
-	if addr, known := addrOf[node]; !known || addr != w.OwnerNode {
-		return fmt.Sprintf("not the owner: committed by %s (%s) while shard %d was owned by %s", orDash(w.Writer), orDash(addr), w.Shard, orDash(w.OwnerNode))
+	if id, known := writers[w.Writer]; !known || !id.owns(w.OwnerNode) {
+		return fmt.Sprintf("not the owner: committed by %s (pid %d) while shard %d was owned by %s", orDash(w.Writer), id.pid, w.Shard, orDash(w.OwnerNode))
 	}
 	return ""
 }

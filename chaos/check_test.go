@@ -235,6 +235,8 @@ func TestCheckOwner(t *testing.T) {
 		{"unfenced", func(w *chaos.Write) { w.Fence = "" }, false, []string{chaos.InvOwner}},
 		{"stale epoch", func(w *chaos.Write) { w.Fence = "55:3" }, false, []string{chaos.InvOwner}},
 		{"not the owner", func(w *chaos.Write) { w.Writer = "n2.1" }, false, []string{chaos.InvOwner}},
+		{"an earlier incarnation of the owner's node", func(w *chaos.Write) { w.Writer = "n1.1" }, false, []string{chaos.InvOwner}},
+		{"owner named by its cluster address", func(w *chaos.Write) { w.OwnerNode = "a1" }, false, nil},
 		{"fence of another shard", func(w *chaos.Write) { w.Fence = "54:4" }, false, []string{chaos.InvOwner}},
 		{"no write recorded", func(*chaos.Write) {}, true, []string{chaos.InvOwner}},
 	} {
@@ -242,7 +244,8 @@ func TestCheckOwner(t *testing.T) {
 			h := newHistory(5*s, 6*s)
 			h.Params.Nodes, h.Params.FailoverBound = 2, 15*s
 			h.Nodes = []chaos.NodeInfo{{Index: 0, Name: "n1", ClusterAddr: "a1"}, {Index: 1, Name: "n2", ClusterAddr: "a2"}}
-			w := chaos.Write{EventID: h.Final.Audit[0].EventID, ServerID: sid, Shard: 55, Fence: "55:4", Writer: "n1.1", OwnerNode: "a1", OwnerEpoch: 4, At: at(5 * time.Millisecond)}
+			h.Incarnations = []chaos.Incarnation{{N: 1, Node: 0, PID: 100}, {N: 2, Node: 0, PID: 101}, {N: 1, Node: 1, PID: 200}}
+			w := chaos.Write{EventID: h.Final.Audit[0].EventID, ServerID: sid, Shard: 55, Fence: "55:4", Writer: "n1.2", OwnerNode: "vm/101/abcd", OwnerEpoch: 4, At: at(5 * time.Millisecond)}
 			tc.write(&w)
 			if !tc.drop {
 				h.Writes = append(h.Writes, w)
