@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -319,5 +320,52 @@ func TestFenceTriggerOnEveryTable(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Fatalf("tables without the a_fence trigger (see migration 0016): %v", missing)
+	}
+}
+
+// A fenced command's statements see its fence named in mcpfleet.fence ("shard:epoch"), and the next
+// step of the same group commit sees it cleared: a trigger (the chaos suite's owner check) can record
+// which fence each row was written under.
+func TestFencedWritesNameTheirFence(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	if _, err := d.owner.Exec(ctx, `
+		CREATE TABLE fence_seen (server_id UUID, kind TEXT, fence TEXT);
+		CREATE FUNCTION fence_seen_record() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			INSERT INTO fence_seen VALUES (NEW.server_id, NEW.kind, coalesce(current_setting('mcpfleet.fence', true), ''));
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER zz_fence_seen AFTER INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION fence_seen_record();`); err != nil {
+		t.Fatal(err)
+	}
+	fenced := d.server(d.tenant, "m1", health.Healthy, 0)
+	plain := d.server(d.tenant, "m2", health.Healthy, 0)
+	f := d.claim(fenced, "n1")
+	errs := d.store.Commit(ctx, []persistence.Command{persistence.WithFence(d.unhealthyCmd(fenced), f), d.unhealthyCmd(plain)})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	want := map[uuid.UUID]string{fenced: fmt.Sprintf("%d:%d", f.Shard, f.Epoch), plain: ""}
+	rows, err := d.owner.Query(ctx, `SELECT server_id, fence FROM fence_seen WHERE kind = 'mcp.server.unhealthy'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for rows.Next() {
+		var id uuid.UUID
+		var fence string
+		if err := rows.Scan(&id, &fence); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if w, ok := want[id]; !ok || fence != w {
+			t.Errorf("server %s written under fence %q, want %q", id, fence, w)
+		}
+	}
+	if rows.Err() != nil || seen != 2 {
+		t.Fatalf("%d rows recorded (%v), want 2", seen, rows.Err())
 	}
 }
