@@ -20,6 +20,11 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite runs the service binary against a private PostgreSQL cluster for about two minutes")
 	}
+	runSchedule(t, "short")
+}
+
+// runSchedule runs one schedule of the suite and fails t on any violation (the report is in the log).
+func runSchedule(t *testing.T, schedule string) {
 	root, err := chaos.ModuleRoot(".")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +34,7 @@ func TestChaosShort(t *testing.T) {
 		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
 	}
 	defer cancel()
-	res, err := chaos.Run(ctx, chaos.Config{Schedule: "short", Root: root, Binary: os.Getenv("MCPFLEET_CHAOS_BINARY"), Log: logWriter{t}})
+	res, err := chaos.Run(ctx, chaos.Config{Schedule: schedule, Root: root, Binary: os.Getenv("MCPFLEET_CHAOS_BINARY"), Log: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,22 +74,5 @@ func TestChaosClusterShort(t *testing.T) {
 		}
 		t.Fatal("etcd not found (apt-get install etcd-server): the cluster schedule needs a real etcd; -short skips it")
 	}
-	root, err := chaos.ModuleRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	if dl, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
-	}
-	defer cancel()
-	res, err := chaos.Run(ctx, chaos.Config{Schedule: "cluster-short", Root: root, Binary: os.Getenv("MCPFLEET_CHAOS_BINARY"), Log: logWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(res.Report)
-	if res.Failed() {
-		t.Errorf("chaos: %d invariant violations%s; history, report and service logs in %s", len(res.Report.Violations),
-			suiteError(res.Report), res.Dir)
-	}
+	runSchedule(t, "cluster-short")
 }
