@@ -7,7 +7,8 @@
 // issue's contract on the recorded history afterwards (see Check).
 //
 // cmd/mcpfleet-chaos runs the full schedule (make chaos); TestChaosShort runs the short one inside
-// make test.
+// make test. The cluster schedules (issue 12, see cluster.go) run three nodes on a private etcd instead of
+// one process: make chaos-cluster, and TestChaosClusterShort inside make test.
 package chaos
 
 import (
