@@ -23,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/mcpfleet/mcpfleet/cluster"
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
@@ -476,4 +477,27 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A node whose cluster address is taken fails to join with an error (the rejoin after a lost lease
+// retries on it while the replaced incarnation still holds the port) instead of crashing the process:
+// the pinned remote's Shutdown after a failed listen dereferences a nil gRPC server.
+func TestStartOnATakenAddressFailsWithoutCrashing(t *testing.T) {
+	etcdURL := startEtcd(t, etcdBinary(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{Etcd: []string{etcdURL}, Name: "taken", Addr: ln.Addr().String()},
+		func(context.Context, []byte) []byte { return nil }, func(context.Context, []int) error { return nil })
+	if err == nil {
+		n.Close()
+		t.Fatal("joined on an address another listener holds")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("error %q does not say the address is in use", err)
+	}
 }

@@ -191,7 +191,13 @@ func (n *Node) startMember() (m *member, err error) {
 		if r := recover(); r != nil { // StartMember panics when the provider cannot register
 			err = fmt.Errorf("cluster: join as %s: %v", n.cfg.Addr, r)
 			if c.Remote != nil {
-				c.Remote.Shutdown(false)
+				func() {
+					// A remote whose listen failed (the address still held, e.g. by the incarnation a
+					// rejoin replaces) has no gRPC server, and its Shutdown dereferences it: without this
+					// recover the process died here instead of the rejoin retrying.
+					defer func() { _ = recover() }()
+					c.Remote.Shutdown(false)
+				}()
 			}
 			system.Shutdown()
 		}
