@@ -139,7 +139,7 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 
 	base := svc.URL()
 	printBanner(stdout, base, tenant.String(), keys, agentKey.APIKey, servers, pg.Kind(), logPath, cfg)
-		if len(others) > 0 {
+	if len(others) > 0 {
 		say("Cluster %q of %d nodes on etcd %s (every node serves the whole API; see docs/cluster.md):", cfg.Cluster.Name, len(others)+1, demoEtcdClient)
 		for i, s := range append([]*service.Service{svc}, others...) {
 			say("  node %d  %s   (cluster traffic on %s; %s/readyz shows what it owns)", i+1, s.URL(), s.Member().Status().Self, s.URL())
