@@ -148,13 +148,14 @@ func (s *Server) Handler() http.Handler {
 		r.Use(s.traceparentOut())
 	}
 	r.NoRoute(func(c *gin.Context) {
-		writeProblem(c.Writer, problem(http.StatusNotFound, "no_route", "there is no such endpoint: the API is described in the README"))
+		writeProblem(c.Writer, problem(http.StatusNotFound, "no_route", "there is no such endpoint: the API is described at /openapi.json"))
 	})
 	r.NoMethod(func(c *gin.Context) {
 		writeProblem(c.Writer, problem(http.StatusMethodNotAllowed, "method_not_allowed", "this endpoint does not take "+c.Request.Method))
 	})
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.readyz)
+	r.GET("/openapi.json", openAPI)
 	if s.deps.MetricsHandler != nil {
 		r.GET("/metrics", gin.WrapH(s.deps.MetricsHandler))
 	}

@@ -41,6 +41,9 @@ type Options struct {
 	TraceEndpoint string
 	// ManualProbes turns off the automatic probing of probe servers; the caller runs Remote().RunProbes.
 	ManualProbes bool
+	// WrapHandler, if set, wraps the API's handler before it is served (tests put the OpenAPI checker,
+	// httpapi/apicheck, in front of it).
+	WrapHandler func(http.Handler) http.Handler
 }
 
 // Service is a running mcpfleet.
@@ -158,8 +161,12 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
 		return nil, err
 	}
+	handler := api.Handler()
+	if opt.WrapHandler != nil {
+		handler = opt.WrapHandler(handler)
+	}
 	s.http = &http.Server{
-		Handler: api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		Handler: handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

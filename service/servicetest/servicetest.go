@@ -3,6 +3,11 @@
 // run_monitor, send_heartbeat, fetch_server) and one tenant with a key of each role, configured by
 // functional options. The service's and the dashboard's tests share it; it is for tests only.
 //
+// Every request to the service goes through the OpenAPI checker (httpapi/apicheck): a request or
+// answer that does not match GET /openapi.json's document, a served route the document lacks, or a
+// key's role answered otherwise than the operation's x-mcpfleet-roles says fails the test (APICheck
+// replaces the checker, for a test of the checker itself).
+//
 // An Env is used from the test's goroutine: its helpers fail the test with t.Fatal.
 package servicetest
 
@@ -12,12 +17,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/httpapi/apicheck"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 	"github.com/mcpfleet/mcpfleet/secrets"
@@ -59,6 +66,40 @@ type Env struct {
 	Keys   map[persistence.Role]string // a key of each role of Tenant
 
 	second string // SecondAdminKey
+	// roles are the roles of the keys the Env made (key → persistence.Role), for the OpenAPI checker;
+	// shared with the views As returns.
+	roles *sync.Map
+}
+
+// APICheck makes the service's handler checked against doc, each finding passed to report instead of
+// failing the test (the default checks against the served document and fails the test).
+func APICheck(doc *apicheck.Document, report func(error)) Option {
+	return func(_ *service.Config, o *service.Options) {
+		o.WrapHandler = func(next http.Handler) http.Handler {
+			return doc.Handler(next, apicheck.Options{Report: report})
+		}
+	}
+}
+
+// checkAPI puts the OpenAPI checker in front of the service's handler, failing the test on a finding.
+func (e *Env) checkAPI(o *service.Options) {
+	doc, err := apicheck.Load()
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	t, roles := e.T, e.roles
+	o.WrapHandler = func(next http.Handler) http.Handler {
+		return doc.Handler(next, apicheck.Options{
+			Report: func(err error) { t.Errorf("%v", err) },
+			KeyRole: func(key string) (string, bool) {
+				r, ok := roles.Load(key)
+				if !ok {
+					return "", false
+				}
+				return string(r.(persistence.Role)), true
+			},
+		})
+	}
 }
 
 // Start starts a service on a fresh database with a fake clock and a manual monitor, changed by
@@ -72,7 +113,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	e := &Env{T: t, DB: db, Admin: admin, Clock: health.NewFakeClock(epoch)}
+	e := &Env{T: t, DB: db, Admin: admin, Clock: health.NewFakeClock(epoch), roles: &sync.Map{}}
 	e.Tenant, e.Keys = e.NewTenant("acme")
 	e.Cfg = service.Config{
 		DatabaseURL: db.AppURL, HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 10 * time.Second,
@@ -98,6 +139,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 func (e *Env) start(opts []Option) {
 	e.T.Helper()
 	sopt := service.Options{Clock: e.Clock, ManualMonitor: true}
+	e.checkAPI(&sopt)
 	for _, o := range opts {
 		o(&e.Cfg, &sopt)
 	}
@@ -137,6 +179,7 @@ func (e *Env) NewTenant(name string) (uuid.UUID, map[persistence.Role]string) {
 			e.T.Fatal(err)
 		}
 		keys[r] = k.APIKey
+		e.roles.Store(k.APIKey, r)
 	}
 	return id, keys
 }
@@ -159,6 +202,7 @@ func (e *Env) SecondAdminKey() string {
 			e.T.Fatal(err)
 		}
 		e.second = k.APIKey
+		e.roles.Store(k.APIKey, persistence.RoleAdmin)
 	}
 	return e.second
 }
