@@ -357,12 +357,14 @@ func (s *Store) RecordContact(ctx context.Context, tenantID, serverID uuid.UUID,
 	return nil
 }
 
-// RecordImportFailure records a failed import: import_status failed, its reason and when. The catalogue,
-// tool_count and freshness are left as the last successful import wrote them.
-func (s *Store) RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time) error {
+// RecordImportFailure records a failed import: import_status failed, its reason and when; its import
+// event (the stream's mcp.server.imported) carries traceID, the import's trace. The catalogue, tool_count
+// and freshness are left as the last successful import wrote them.
+func (s *Store) RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time, traceID string) error {
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE server_config SET import_status = 'failed', import_error = $2, last_imported = $3
-			WHERE server_id = $1`, serverID, reason, at)
+		tag, err := tx.Exec(ctx, `WITH named AS (SELECT set_config('mcpfleet.trace_id', $4, true))
+			UPDATE server_config SET import_status = 'failed', import_error = $2, last_imported = $3
+			WHERE server_id = $1 AND (SELECT count(*) FROM named) = 1`, serverID, reason, at, traceID)
 		if err == nil && tag.RowsAffected() != 1 {
 			err = ErrNotFound
 		}
@@ -386,7 +388,8 @@ type SkillChanges struct {
 // ApplyImport writes an imported catalogue in one transaction: the tools through the same upsert as a
 // registration's advertised tools (new ones disabled, kept ones keep their enabled flag unless their
 // definition changed, vanished ones orphaned; available only while the server is healthy or degraded;
-// a change is recorded with by, the key importing, and traceID), and the import outcome —
+// a change is recorded with by, the key importing, and traceID), and the import outcome (its import
+// event, the stream's mcp.server.imported, carries traceID too) —
 // succeeded, no error, last_imported = at, tool_count, and the cache hint (ttl 0: none) with the
 // freshness it gives. The server's row is share-locked so a concurrent status transition commits either
 // before (and the tools get its availability) or after (and its cascade covers them). A self-registered
@@ -429,9 +432,12 @@ func (s *Store) ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, t
 		if ttl > 0 {
 			ttlMS, fresh = ttl.Milliseconds(), at.Add(ttl)
 		}
-		b.Queue(`UPDATE server_config SET import_status = 'succeeded', import_error = NULL, last_imported = $2,
+		// The import_events trigger (migration 0007) reads the transaction's trace from mcpfleet.trace_id,
+		// set in the same statement as the update it fires on.
+		b.Queue(`WITH named AS (SELECT set_config('mcpfleet.trace_id', $6, true))
+			UPDATE server_config SET import_status = 'succeeded', import_error = NULL, last_imported = $2,
 				tool_count = $3, catalogue_ttl_ms = $4, catalogue_fresh_until = $5
-			WHERE server_id = $1`, serverID, at, len(tools), ttlMS, fresh)
+			WHERE server_id = $1 AND (SELECT count(*) FROM named) = 1`, serverID, at, len(tools), ttlMS, fresh, traceID)
 		br := tx.SendBatch(ctx, b)
 		res, err := readSkillUpsert(br)
 		if err != nil {

@@ -234,7 +234,7 @@ func (s *Service) Import(ctx context.Context, tenantID, serverID, by uuid.UUID) 
 		if !errors.As(err, &me) {
 			return ImportReport{}, err
 		}
-		if err := s.store.RecordImportFailure(wctx, tenantID, serverID, me.Error(), now); err != nil {
+		if err := s.store.RecordImportFailure(wctx, tenantID, serverID, me.Error(), now, telemetry.TraceID(ctx)); err != nil {
 			return ImportReport{}, err
 		}
 		s.log.InfoContext(ctx, "catalogue import failed", "server_id", serverID, "host", endpointHost(cfg.Endpoint), "failure_class", me.Class)

@@ -92,7 +92,7 @@ type Store interface {
 	GetServerConfig(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.Server, persistence.ServerConfig, error)
 	UpdateServerConfig(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, edit func(*persistence.ServerConfig) error) (persistence.Server, persistence.ServerConfig, error)
 	RecordContact(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, latency time.Duration) error
-	RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time) error
+	RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time, traceID string) error
 	ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []persistence.Tool, ttl time.Duration, at time.Time, by uuid.UUID, traceID string) (persistence.SkillChanges, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool, at time.Time) (persistence.Skill, bool, error)
 	ProbeTargets(ctx context.Context) ([]persistence.ProbeTarget, error)

@@ -68,6 +68,7 @@ type sseEvent struct {
 		SkillID  string `json:"skill_id"`
 		Tool     string `json:"tool"`
 		Cause    string `json:"cause"`
+		TraceID  string `json:"trace_id"`
 	}
 	at time.Time
 }
