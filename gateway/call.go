@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // The refusal types: the last path segment of the problem type, and the outcome_class of the call.refused
@@ -120,7 +121,7 @@ func (g *Gateway) Call(ctx context.Context, req Request) (persistence.Call, erro
 	call := persistence.Call{
 		CallID: uuid.New(), TenantID: req.TenantID, RunID: req.RunID, ServerID: t.Server.ServerID, SkillID: &t.Skill.SkillID,
 		Tool: t.Skill.Name, Arguments: rawArgs, IdempotencyKey: req.IdempotencyKey, State: persistence.CallRunning,
-		RequestedBy: req.RequestedBy, CreatedAt: now,
+		RequestedBy: req.RequestedBy, CreatedAt: now, TraceID: telemetry.TraceID(ctx),
 	}
 	call.State, call.ApprovalExpiresAt = initialState(t.Config, now, g.cfg.ApprovalWindow)
 	// Registered before it is committed, so a cancel that arrives right after the commit finds it.

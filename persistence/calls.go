@@ -128,6 +128,9 @@ type Call struct {
 	DecidedAt         *time.Time
 	StartedAt         *time.Time // when the call was handed to the MCP client
 	FinishedAt        *time.Time
+	// TraceID is the trace of the request that made the call (32 lowercase hex), "" when it was not
+	// traced; written once, at CreateCall (migration 0017).
+	TraceID string
 }
 
 // Finished reports whether the call is in a terminal state.
@@ -152,7 +155,7 @@ type RunEvent struct {
 const callColumns = `c.call_id, c.tenant_id, c.run_id, c.server_id, m.module_name, c.skill_id, c.tool, c.arguments,
 	coalesce(c.idempotency_key, ''), c.state, coalesce(c.outcome_class, ''), coalesce(c.reason, ''), c.result_content,
 	c.result_is_error, c.result_dropped, c.result_truncated, c.latency_ms, c.requested_by, c.decided_by, c.created_at,
-	c.approval_expires_at, c.decided_at, c.started_at, c.finished_at`
+	c.approval_expires_at, c.decided_at, c.started_at, c.finished_at, coalesce(c.trace_id, '')`
 
 func scanCall(row pgx.Row) (Call, error) {
 	var c Call
@@ -163,7 +166,7 @@ func scanCall(row pgx.Row) (Call, error) {
 	err := row.Scan(&c.CallID, &c.TenantID, &c.RunID, &c.ServerID, &c.ServerName, &c.SkillID, &c.Tool, &c.Arguments,
 		&c.IdempotencyKey, &c.State, &c.OutcomeClass, &c.Reason, &content, &isError, &dropped, &truncated,
 		&c.LatencyMS, &c.RequestedBy, &c.DecidedBy, &c.CreatedAt, &c.ApprovalExpiresAt, &c.DecidedAt, &c.StartedAt,
-		&c.FinishedAt)
+		&c.FinishedAt, &c.TraceID)
 	if err != nil {
 		return Call{}, err
 	}
@@ -333,12 +336,12 @@ func (s *Store) CreateCall(ctx context.Context, c Call, defaultBudget int) (Call
 	err := s.InTenant(ctx, c.TenantID, func(tx pgx.Tx) error {
 		var id uuid.UUID
 		err := tx.QueryRow(ctx, `INSERT INTO mcp_calls (call_id, tenant_id, run_id, server_id, skill_id, tool, arguments,
-				idempotency_key, state, requested_by, created_at, approval_expires_at, node)
-			SELECT $1, tenant_id, $2, server_id, $4, $5, $6, $7, $8, $9, $10, $11, nullif($12, '') FROM mcp_servers WHERE server_id = $3
+				idempotency_key, state, requested_by, created_at, approval_expires_at, node, trace_id)
+			SELECT $1, tenant_id, $2, server_id, $4, $5, $6, $7, $8, $9, $10, $11, nullif($12, ''), nullif($13, '') FROM mcp_servers WHERE server_id = $3
 			ON CONFLICT (tenant_id, run_id, idempotency_key) DO NOTHING
 			RETURNING call_id`,
 			c.CallID, c.RunID, c.ServerID, c.SkillID, c.Tool, args, key, c.State, c.RequestedBy, c.CreatedAt,
-			c.ApprovalExpiresAt, s.node).Scan(&id)
+			c.ApprovalExpiresAt, s.node, c.TraceID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if c.IdempotencyKey == "" {
 				return ErrNotFound

@@ -366,10 +366,12 @@ func (s *Store) ServerHistory(ctx context.Context, tenantID, serverID uuid.UUID,
 }
 
 // RecentCallEvent is a run event with the keys of its call: who requested it and who decided it (nil
-// for a refusal, which made no call, and DecidedBy nil for a call nobody decided).
+// for a refusal, which made no call, and DecidedBy nil for a call nobody decided), and the trace of the
+// request that made the call ("" for none).
 type RecentCallEvent struct {
 	RunEvent
 	RequestedBy, DecidedBy *uuid.UUID
+	TraceID                string
 }
 
 // RecentRunEvents returns the newest limit run events of tenantID, newest first, with the keys of their
@@ -380,7 +382,7 @@ func (s *Store) RecentRunEvents(ctx context.Context, tenantID, serverID uuid.UUI
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT e.event_id, e.tenant_id, e.run_id, e.kind, e.call_id, e.server_id, coalesce(e.tool, ''),
 				coalesce(e.state, ''), coalesce(e.outcome_class, ''), e.latency_ms, coalesce(e.detail, ''), e.occurred_at,
-				c.requested_by, c.decided_by
+				c.requested_by, c.decided_by, coalesce(c.trace_id, '')
 			FROM mcp_run_events e LEFT JOIN mcp_calls c ON c.call_id = e.call_id
 			WHERE $1 = '00000000-0000-0000-0000-000000000000'::uuid OR e.server_id = $1
 			ORDER BY e.event_id DESC LIMIT $2`, serverID, limit)
@@ -390,7 +392,7 @@ func (s *Store) RecentRunEvents(ctx context.Context, tenantID, serverID uuid.UUI
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentCallEvent, error) {
 			var e RecentCallEvent
 			err := r.Scan(&e.EventID, &e.TenantID, &e.RunID, &e.Kind, &e.CallID, &e.ServerID, &e.Tool, &e.State,
-				&e.OutcomeClass, &e.LatencyMS, &e.Detail, &e.At, &e.RequestedBy, &e.DecidedBy)
+				&e.OutcomeClass, &e.LatencyMS, &e.Detail, &e.At, &e.RequestedBy, &e.DecidedBy, &e.TraceID)
 			return e, err
 		})
 		return err
