@@ -341,6 +341,8 @@ type CallJSON struct {
 	DecidedAt         *time.Time      `json:"decided_at"`
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
+	// TraceID is the trace of the request that made the call; null when it was not traced.
+	TraceID *string `json:"trace_id"`
 }
 
 func callJSON(k persistence.Call) CallJSON {
@@ -349,7 +351,7 @@ func callJSON(k persistence.Call) CallJSON {
 		Arguments: k.Arguments, State: k.State, OutcomeClass: strOrNil(k.OutcomeClass), Reason: strOrNil(k.Reason),
 		LatencyMS: k.LatencyMS, IdempotencyKey: strOrNil(k.IdempotencyKey), RequestedBy: k.RequestedBy, DecidedBy: k.DecidedBy,
 		CreatedAt: k.CreatedAt.UTC(), ApprovalExpiresAt: utcOrNil(k.ApprovalExpiresAt), DecidedAt: utcOrNil(k.DecidedAt),
-		StartedAt: utcOrNil(k.StartedAt), FinishedAt: utcOrNil(k.FinishedAt),
+		StartedAt: utcOrNil(k.StartedAt), FinishedAt: utcOrNil(k.FinishedAt), TraceID: strOrNil(k.TraceID),
 	}
 	if r := k.Result; r != nil {
 		d := r.Dropped

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,11 @@ import (
 // was away longer, or sends an id of another database or of the numbering before tenant sequences, is
 // sent "event: reset" and continues from the newest. Without an id the stream starts at the newest
 // event. A comment line is sent every KeepAlive so proxies keep the connection open.
+//
+// With ?watch=<server_id>,… (at most MaxWatch ids of the caller's tenant; another tenant's are never
+// sent) the stream also sends `event: heartbeat` frames without an id, data {"server_id",
+// "last_heartbeat_at"}, whenever a watched server's committed last heartbeat moves: the dashboard's
+// overview keeps its "last heartbeat" column live with them.
 //
 // Each stream is one goroutine and one database poll per PollInterval, with a write deadline on every
 // write. At most MaxStreamsPerKey are open at once for one key (a dashboard session counts against the
@@ -71,6 +77,44 @@ func (c EventStreamConfig) withDefaults() EventStreamConfig {
 type EventStore interface {
 	FleetEvents(ctx context.Context, tenantID uuid.UUID, c persistence.EventCursor, limit int) ([]persistence.FleetEvent, error)
 	LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (persistence.EventCursor, error)
+	// LastHeartbeats returns the committed last_heartbeat_at of those of ids that are tenantID's.
+	LastHeartbeats(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]time.Time, error)
+}
+
+// MaxWatch is the most servers one event stream may watch the heartbeats of (?watch=): a page of the
+// dashboard's overview, with room.
+const MaxWatch = 200
+
+// HeartbeatEventJSON is the data of an `event: heartbeat` frame: a watched server's last heartbeat
+// moved. It carries no id: heartbeats are not events of the log, and a resumed stream sends the
+// current ones again.
+type HeartbeatEventJSON struct {
+	ServerID        uuid.UUID `json:"server_id"`
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+}
+
+// parseWatch reads ?watch=: comma-separated server ids, at most MaxWatch.
+func parseWatch(v string) ([]uuid.UUID, error) {
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > MaxWatch {
+		return nil, badRequest("invalid_field", "watch", fmt.Sprintf("watch takes at most %d server ids", MaxWatch))
+	}
+	seen := map[uuid.UUID]bool{}
+	var out []uuid.UUID
+	for _, p := range parts {
+		id, err := uuid.Parse(p)
+		if err != nil || len(p) != 36 {
+			return nil, badRequest("invalid_field", "watch", "watch is a comma-separated list of server ids (UUIDs)")
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 var _ EventStore = (*persistence.Store)(nil)
@@ -228,6 +272,11 @@ func (s *Server) events(c *gin.Context) {
 			resume = &cur
 		}
 	}
+	watch, err := parseWatch(c.Query("watch"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
 	if refused := s.streams.acquire(p, cfg); refused != nil {
 		s.fail(c, refused)
 		return
@@ -240,7 +289,8 @@ func (s *Server) events(c *gin.Context) {
 		s.fail(c, storeError(err))
 		return
 	}
-	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, w: c.Writer, rc: http.NewResponseController(c.Writer)}
+	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, w: c.Writer, rc: http.NewResponseController(c.Writer),
+		watch: watch, beats: map[uuid.UUID]time.Time{}}
 	// The server's read and write timeouts were set for a request that ends: clear the read deadline (a
 	// stream has nothing more to read, only a disconnect to notice) and give each write its own.
 	_ = st.rc.SetReadDeadline(time.Time{})
@@ -283,6 +333,9 @@ type eventStream struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	cur    persistence.EventCursor // the position after the last event sent
+	// watch are the servers whose heartbeats the stream sends (?watch=), beats the last sent of each.
+	watch []uuid.UUID
+	beats map[uuid.UUID]time.Time
 }
 
 func (st *eventStream) write(s string) error {
@@ -328,6 +381,12 @@ func (st *eventStream) run(ctx context.Context, recheck func() error) {
 				}
 				log.WarnContext(ctx, "event stream: poll failed; retrying", "tenant_id", st.tenant, "err", err)
 			}
+			if err := st.pollHeartbeats(ctx); err != nil {
+				if ctx.Err() != nil || errors.Is(err, errWrite) {
+					return
+				}
+				log.WarnContext(ctx, "event stream: heartbeat poll failed; retrying", "tenant_id", st.tenant, "err", err)
+			}
 		}
 	}
 }
@@ -368,6 +427,32 @@ func (st *eventStream) poll(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// pollHeartbeats sends an `event: heartbeat` frame for each watched server whose committed last
+// heartbeat differs from the one last sent (every watched server of the tenant on the first poll). One
+// query per poll, for at most MaxWatch servers; heartbeat stamps are committed within the stamp flush
+// interval, so a frame is at most that plus a poll interval behind the heartbeat.
+func (st *eventStream) pollHeartbeats(ctx context.Context) error {
+	if len(st.watch) == 0 {
+		return nil
+	}
+	beats, err := st.s.deps.Events.LastHeartbeats(ctx, st.tenant, st.watch)
+	if err != nil {
+		return err
+	}
+	for _, id := range st.watch {
+		at, ok := beats[id]
+		if !ok || at.Equal(st.beats[id]) {
+			continue
+		}
+		b, _ := json.Marshal(HeartbeatEventJSON{ServerID: id, LastHeartbeatAt: at.UTC()}) // cannot fail
+		if err := st.write("event: heartbeat\ndata: " + string(b) + "\n\n"); err != nil {
+			return fmt.Errorf("%w: %v", errWrite, err)
+		}
+		st.beats[id] = at
+	}
+	return nil
 }
 
 func eventFrame(cur persistence.EventCursor, e persistence.FleetEvent) string {

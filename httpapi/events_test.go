@@ -41,6 +41,31 @@ type fakeLog struct {
 	mu     sync.Mutex
 	events []persistence.FleetEvent // by tenant implicitly: one tenant
 	tenant uuid.UUID
+	beats  map[uuid.UUID]time.Time // last heartbeats of the tenant's servers
+}
+
+func (l *fakeLog) beat(id uuid.UUID, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.beats == nil {
+		l.beats = map[uuid.UUID]time.Time{}
+	}
+	l.beats[id] = at
+}
+
+func (l *fakeLog) LastHeartbeats(_ context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[uuid.UUID]time.Time{}
+	if tenantID != l.tenant {
+		return out, nil
+	}
+	for _, id := range ids {
+		if at, ok := l.beats[id]; ok {
+			out[id] = at
+		}
+	}
+	return out, nil
 }
 
 func (l *fakeLog) add(e persistence.FleetEvent) {
@@ -483,5 +508,46 @@ func TestEventStreamToolChanges(t *testing.T) {
 	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
 	if f := next(t, frames); f.id != "t2-0-2" || strings.Contains(f.data, "skill_id") {
 		t.Fatalf("an audit event after tool changes: %+v", f)
+	}
+}
+
+// TestEventStreamWatchesHeartbeats: with ?watch= the stream sends a watched server's last heartbeat
+// on the first poll and each time it moves, as `event: heartbeat` frames without an id (they are not
+// events of the log: a resumed stream's position is untouched), never for a server the store does not
+// know for the caller's tenant; a bad watch list is refused before the stream opens.
+func TestEventStreamWatchesHeartbeats(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	a, stranger := uuid.New(), uuid.New()
+	t1 := time.Date(2026, 5, 17, 10, 0, 0, 0, time.UTC)
+	e.log.beat(a, t1)
+	_, frames := e.open("", "?watch="+a.String()+","+stranger.String()+","+a.String())
+	beat := func(want time.Time) {
+		t.Helper()
+		f := next(t, frames)
+		var d httpapi.HeartbeatEventJSON
+		if err := json.Unmarshal([]byte(f.data), &d); err != nil || f.event != "heartbeat" || f.id != "" || d.ServerID != a || !d.LastHeartbeatAt.Equal(want) {
+			t.Fatalf("frame %+v (%v), want a heartbeat of %s at %s", f, err, a, want)
+		}
+	}
+	beat(t1)
+	// The next frame is the moved heartbeat: the unchanged one is not sent again, the stranger never.
+	e.log.beat(a, t1.Add(10*time.Second))
+	beat(t1.Add(10 * time.Second))
+	// A heartbeat frame leaves the event log's position alone: the next event has its own id.
+	e.log.add(ev(1, "mcp.server.degraded", "healthy", "degraded"))
+	if f := next(t, frames); f.id != "t1-0-0" || f.event != "" {
+		t.Fatalf("frame after the heartbeats %+v", f)
+	}
+
+	many := make([]string, httpapi.MaxWatch+1)
+	for i := range many {
+		many[i] = uuid.NewString()
+	}
+	for _, q := range []string{"?watch=not-a-uuid", "?watch=" + a.String() + ",", "?watch=" + strings.Join(many, ",")} {
+		resp, _ := e.open("", q)
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"field":"watch"`) {
+			t.Errorf("%s: %d %s", q[:min(len(q), 40)], resp.StatusCode, body)
+		}
 	}
 }
