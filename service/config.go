@@ -9,6 +9,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/secrets"
+	"github.com/mcpfleet/mcpfleet/ui"
 )
 
 // Config is the whole configuration of mcpfleet, parsed once from the environment (and flags, which
@@ -35,6 +36,10 @@ type Config struct {
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
 	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
 	UISecureCookies     bool          // MCPFLEET_UI_SECURE_COOKIES: dashboard cookies Secure and __Host- named behind a TLS proxy
+	// TraceURL is MCPFLEET_TRACE_URL: a template of the tracing UI's page of a trace, holding {trace_id}
+	// (like http://jaeger:16686/trace/{trace_id}); the dashboard links every trace id it shows with it.
+	// Empty: trace ids are shown as text.
+	TraceURL string
 
 	// The MCP client side: configured servers, connection tests, imports and probes.
 	EndpointAllowlist []string      // MCPFLEET_ENDPOINT_ALLOWLIST: comma-separated hosts, addresses or CIDR prefixes reachable although not public
@@ -105,6 +110,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		MassSilenceFraction: e.Fraction("MCPFLEET_MASS_SILENCE_FRACTION", 0),
 		MassSilenceMin:      e.Int("MCPFLEET_MASS_SILENCE_MIN", config.DefaultMassSilenceMin, 1, 1e9),
 		UISecureCookies:     e.Bool("MCPFLEET_UI_SECURE_COOKIES", false),
+		TraceURL:            e.String("MCPFLEET_TRACE_URL", ""),
 		EndpointAllowlist:   splitList(e.String("MCPFLEET_ENDPOINT_ALLOWLIST", "")),
 		MCPTimeout:          e.Duration("MCPFLEET_MCP_TIMEOUT", config.DefaultMCPTimeout),
 		ProbeConcurrency:    e.Int("MCPFLEET_PROBE_CONCURRENCY", config.DefaultProbeConcurrency, 1, 10000),
@@ -116,6 +122,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	} else {
 		c.MetricsAddr = e.Addr("MCPFLEET_METRICS_ADDR", config.DefaultMetricsAddr)
 	}
+	e.Parse("MCPFLEET_TRACE_URL", "an http or https URL with a host holding {trace_id}, like http://jaeger:16686/trace/{trace_id}",
+		func(v string) error { _, err := ui.ParseTraceURL(v); return err })
 	e.Parse("MCPFLEET_LOG_LEVEL", "debug, info, warn or error", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) })
 	e.Secret("MCPFLEET_SECRET_KEY", func(v string) (err error) {
 		c.SecretKey, err = secrets.ParseKey(v)
@@ -164,6 +172,9 @@ func (c Config) Validate() error {
 		} else if c.AlertWebhookSecret == "" {
 			errs = append(errs, errors.New("MCPFLEET_ALERT_WEBHOOK_SECRET is required with MCPFLEET_ALERT_WEBHOOK_URL: alerts are signed"))
 		}
+	}
+	if _, err := ui.ParseTraceURL(c.TraceURL); err != nil {
+		errs = append(errs, fmt.Errorf("MCPFLEET_TRACE_URL=%q: want an http or https URL with a host holding {trace_id} (%v)", c.TraceURL, err))
 	}
 	errs = append(errs, c.validateMCPClient()...)
 	errs = append(errs, c.validateGateway()...)

@@ -77,3 +77,26 @@ func TestConfigCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTraceURL: MCPFLEET_TRACE_URL is read through the typed reader; a template without
+// {trace_id}, or not an http(s) URL with a host, is refused naming the variable, and Validate refuses
+// one set by hand too.
+func TestConfigTraceURL(t *testing.T) {
+	const good = "http://jaeger:16686/trace/{trace_id}"
+	c, err := service.FromEnv(func(k string) string {
+		return map[string]string{"MCPFLEET_TRACE_URL": " " + good + " "}[k]
+	})
+	if err != nil || c.TraceURL != good {
+		t.Fatalf("FromEnv: %q, %v", c.TraceURL, err)
+	}
+	for _, bad := range []string{"http://jaeger:16686/trace", "ftp://jaeger/{trace_id}", "{trace_id}"} {
+		_, err := service.FromEnv(func(k string) string { return map[string]string{"MCPFLEET_TRACE_URL": bad}[k] })
+		if err == nil || !strings.Contains(err.Error(), "MCPFLEET_TRACE_URL=") || !strings.Contains(err.Error(), "{trace_id}") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	c.DatabaseURL, c.TraceURL = "postgres://x@127.0.0.1/x", "http://jaeger/trace"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MCPFLEET_TRACE_URL") {
+		t.Errorf("Validate: %v", err)
+	}
+}

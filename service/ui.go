@@ -15,7 +15,7 @@ import (
 func (s *Service) newUI(cfg Config, opt Options, log *slog.Logger) (*ui.UI, error) {
 	return ui.New(ui.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, FlapWindow: cfg.FlapWindow, FlapThreshold: cfg.FlapThreshold,
-		SecureCookies: cfg.UISecureCookies,
+		SecureCookies: cfg.UISecureCookies, TraceURL: cfg.TraceURL,
 	}, ui.Deps{Store: s.store, Auth: apiAuth{s}, Remote: s.remote, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
 }
 

@@ -36,7 +36,8 @@ func (c uiCalls) AwaitingApproval(ctx context.Context, tenantID, serverID uuid.U
 			continue
 		}
 		out = append(out, ui.ParkedCall{CallID: k.CallID, RunID: k.RunID, ServerID: k.ServerID, ModuleName: k.ServerName,
-			Tool: k.Tool, Arguments: k.Arguments, RequestedBy: k.RequestedBy, RequestedAt: k.CreatedAt, ExpiresAt: k.ApprovalExpiresAt})
+			Tool: k.Tool, Arguments: k.Arguments, RequestedBy: k.RequestedBy, RequestedAt: k.CreatedAt, ExpiresAt: k.ApprovalExpiresAt,
+			TraceID: k.TraceID})
 	}
 	return out, nil
 }
@@ -75,7 +76,7 @@ func (c uiCalls) RecentEvents(ctx context.Context, tenantID, serverID uuid.UUID,
 	out := make([]ui.CallEvent, len(evs))
 	for i, e := range evs {
 		out[i] = ui.CallEvent{EventID: fmt.Sprint(e.EventID), Kind: e.Kind, RunID: e.RunID, Tool: e.Tool, State: string(e.State),
-			OutcomeClass: e.OutcomeClass, LatencyMS: e.LatencyMS, At: e.At}
+			OutcomeClass: e.OutcomeClass, LatencyMS: e.LatencyMS, At: e.At, TraceID: e.TraceID}
 		if e.CallID != nil {
 			out[i].CallID = *e.CallID
 		}

@@ -34,6 +34,7 @@ type pageData struct {
 	StatusLabels string // JSON, for the script
 	Cursor       string // event stream position the page reflects
 	ServerID     string // the card's server, for the script
+	TraceURL     string // the trace URL template ("" for none), for the script's live feed
 	Overview     *overviewView
 	Card         *cardView
 	Back         string // the error page's way back
@@ -56,6 +57,7 @@ func viewSession(s *session) *sessionView {
 // render executes a page into a buffer first, so a template error is a clean 500, not half a page.
 func (u *UI) render(c *gin.Context, status int, page string, data pageData) {
 	data.StatusLabels = statusLabelsJSON()
+	data.TraceURL = u.traces.Template()
 	var buf bytes.Buffer
 	if err := u.pages[page].ExecuteTemplate(&buf, page, data); err != nil {
 		u.log.ErrorContext(c.Request.Context(), "ui: render failed", "page", page, "err", err)
@@ -155,6 +157,7 @@ type overviewView struct {
 	Problem       string
 	Flash         *flash
 	Calls         *callsView // nil: no call gateway
+	Strip         stripView  // the tenant's counts by status over the last 24 hours
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,128}$`)
@@ -186,12 +189,20 @@ func (u *UI) overview(c *gin.Context, s *session) {
 			v.Paged = true
 		}
 	}
+	now := u.deps.Clock.Now()
+	flows, err := u.deps.Store.FleetStatusFlows(ctx, s.p.TenantID, now.Add(-stripWindow), stripWindow/fleetBuckets)
+	if err != nil {
+		status, msg := u.remoteProblem(ctx, err)
+		u.fail(c, s, status, msg, err)
+		return
+	}
 	snap, err := u.deps.Store.FleetSnapshot(ctx, s.p.TenantID, f)
 	if err != nil {
 		status, msg := u.remoteProblem(ctx, err)
 		u.fail(c, s, status, msg, err)
 		return
 	}
+	v.Strip = viewFleetStrip(fleetCounts(snap.Counts, flows, fleetBuckets), now.Add(-stripWindow), now)
 	more := len(snap.Servers) > u.cfg.PageSize
 	if more {
 		snap.Servers = snap.Servers[:u.cfg.PageSize]
@@ -392,6 +403,9 @@ type cardView struct {
 	RequiresApproval  bool
 	Skills            []skillView
 	Timeline          []timelineEntry
+	Strip             stripView // the last 24 hours
+	StripTruncated    int       // events read when the window held more (the oldest part is not known)
+	ImportTrace       traceView // the trace of the last import
 	Transitions       int
 	FlapWindow        string
 	FlapThreshold     int
@@ -461,6 +475,18 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 		u.fail(c, s, st, msg, err)
 		return
 	}
+	win, err := u.deps.Store.ServerStatusWindow(ctx, tenant, id, now.Add(-stripWindow), maxStripEvents)
+	if err != nil {
+		st, msg := u.remoteProblem(ctx, err)
+		u.fail(c, s, st, msg, err)
+		return
+	}
+	lastImport, imported, err := u.deps.Store.LastImportEvent(ctx, tenant, id)
+	if err != nil {
+		st, msg := u.remoteProblem(ctx, err)
+		u.fail(c, s, st, msg, err)
+		return
+	}
 	k := d.Config
 	v := &cardView{
 		ID: id, Module: srv.ModuleName, Version: orDash(srv.Version), Protocols: orDash(strings.Join(srv.SupportedProtocols, ", ")),
@@ -472,10 +498,18 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 		LastProbe: probeText(d.LastProbe), Endpoint: orDash(k.Endpoint), Transport: transportText,
 		ToolCount: k.ToolCount, DataClass: dataClassText(k), NoDataClass: k.DataClass == "", Approval: approvalText(k),
 		Import: importText(k), ImportError: orDash(k.ImportError), Freshness: freshnessText(k, u.deps.Wall.Now()),
-		Timeline: viewTimeline(hist.Events, now), Transitions: hist.Transitions, FlapWindow: fmtDuration(u.cfg.FlapWindow),
+		Timeline: viewTimeline(hist.Events, now, u.traces), Transitions: hist.Transitions, FlapWindow: fmtDuration(u.cfg.FlapWindow),
 		FlapThreshold: u.cfg.FlapThreshold, Flapping: hist.Transitions >= u.cfg.FlapThreshold, Report: report,
 	}
 	v.Auth, v.AuthUnsupported = authText(k)
+	initial, changes := windowChanges(win)
+	v.Strip = viewServerStrip(serverSpans(initial, changes, now.Add(-stripWindow), now), now.Add(-stripWindow), now)
+	if win.Truncated {
+		v.StripTruncated = len(win.Events)
+	}
+	if imported {
+		v.ImportTrace = u.traces.view(lastImport.TraceID)
+	}
 	v.RequiresApproval = k.RequiresApproval
 	v.DataClassOptions = []option{{Value: "", Label: "None (supplies nothing)", Selected: k.DataClass == ""}}
 	for _, dc := range persistence.DataClasses() {
@@ -673,6 +707,7 @@ type parkedView struct {
 	Own         bool // requested by the session's own key: it may deny the call, never approve it
 	Requested   string
 	Expires     string
+	Trace       traceView
 }
 
 type callEventView struct {
@@ -685,6 +720,7 @@ type callEventView struct {
 	RunID       string
 	RequestedBy string
 	DecidedBy   string
+	Trace       traceView
 }
 
 // callsView is what a page shows of the tool-call gateway. Calls are an administrator's, as in the API
@@ -715,7 +751,7 @@ func (u *UI) callsView(ctx context.Context, s *session, serverID uuid.UUID, ret 
 			}
 			v.Events = append(v.Events, callEventView{At: fmtTime(e.At), Kind: e.Kind, Tool: e.Tool, State: e.State,
 				Outcome: orDash(e.OutcomeClass), Latency: lat, RunID: e.RunID,
-				RequestedBy: keyText(e.RequestedBy, s.p.KeyID), DecidedBy: keyText(e.DecidedBy, s.p.KeyID)})
+				RequestedBy: keyText(e.RequestedBy, s.p.KeyID), DecidedBy: keyText(e.DecidedBy, s.p.KeyID), Trace: u.traces.view(e.TraceID)})
 		}
 	}
 	if err != nil {
@@ -725,7 +761,7 @@ func (u *UI) callsView(ctx context.Context, s *session, serverID uuid.UUID, ret 
 	for _, p := range parked {
 		pv := parkedView{ID: p.CallID, RunID: p.RunID, ServerID: p.ServerID, Module: p.ModuleName, Tool: p.Tool,
 			Arguments: string(p.Arguments), RequestedBy: keyText(&p.RequestedBy, s.p.KeyID), Own: p.RequestedBy == s.p.KeyID,
-			Requested: fmtTime(p.RequestedAt), Expires: fmtTimePtr(p.ExpiresAt, "no expiry")}
+			Requested: fmtTime(p.RequestedAt), Expires: fmtTimePtr(p.ExpiresAt, "no expiry"), Trace: u.traces.view(p.TraceID)}
 		v.Parked = append(v.Parked, pv)
 	}
 	return v

@@ -55,6 +55,9 @@ type Store interface {
 	GetServer(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.Server, error)
 	ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([]persistence.Skill, error)
 	ServerHistory(ctx context.Context, tenantID, serverID uuid.UUID, limit int, since time.Time) (persistence.ServerHistory, error)
+	ServerStatusWindow(ctx context.Context, tenantID, serverID uuid.UUID, from time.Time, limit int) (persistence.StatusWindow, error)
+	FleetStatusFlows(ctx context.Context, tenantID uuid.UUID, from time.Time, width time.Duration) ([]persistence.StatusFlow, error)
+	LastImportEvent(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.LastImport, bool, error)
 	LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (persistence.EventCursor, error)
 }
 
@@ -111,6 +114,7 @@ type ParkedCall struct {
 	RequestedBy uuid.UUID       // the key that asked for the call: it may deny it, never approve it
 	RequestedAt time.Time
 	ExpiresAt   *time.Time // when the approval window closes, if it does
+	TraceID     string     // the trace of the request that made the call ("" for none)
 }
 
 // CallEvent is one event of a run's call stream.
@@ -128,6 +132,7 @@ type CallEvent struct {
 	// DecidedBy nil while nobody decided it).
 	RequestedBy, DecidedBy *uuid.UUID
 	At                     time.Time
+	TraceID                string // the trace of the request that made the event's call ("" for none)
 }
 
 // Config configures the dashboard. Zero values take the documented defaults.
@@ -144,6 +149,9 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	FlapWindow        time.Duration
 	FlapThreshold     int
+	// TraceURL is the tracing UI's page of a trace, a template holding {trace_id} (ParseTraceURL;
+	// MCPFLEET_TRACE_URL): every trace id the dashboard shows links there. Empty: shown as text.
+	TraceURL string
 }
 
 // Auth is the API's authentication (httpapi.Server), so that a sign-in with a key and every session
@@ -180,9 +188,11 @@ type UI struct {
 	static  fs.FS
 	hashes  map[string]string // asset name → short content hash, for cache-busting URLs
 	flashes *flashes
+	traces  TraceLinks // Config.TraceURL, parsed
 }
 
-// New returns the dashboard, or an error if its templates do not parse.
+// New returns the dashboard, or an error if its templates do not parse or cfg.TraceURL is not a trace
+// URL template.
 func New(cfg Config, deps Deps) (*UI, error) {
 	if deps.Store == nil || deps.Remote == nil || deps.Auth == nil {
 		return nil, errors.New("ui: a store, the API's authentication and the MCP client side are required")
@@ -213,6 +223,9 @@ func New(cfg Config, deps Deps) (*UI, error) {
 	}
 	u := &UI{cfg: cfg, deps: deps, log: deps.Log, hashes: map[string]string{}, flashes: newFlashes(10000, 2*time.Minute)}
 	var err error
+	if u.traces, err = ParseTraceURL(cfg.TraceURL); err != nil {
+		return nil, fmt.Errorf("ui: trace URL %q: %w", cfg.TraceURL, err)
+	}
 	if u.static, err = fs.Sub(assets, "static"); err != nil {
 		return nil, fmt.Errorf("ui: %w", err)
 	}

@@ -344,12 +344,12 @@ type timelineEntry struct {
 	To      statusView
 	Lasted  string
 	Current bool
-	TraceID string
+	Trace   traceView
 }
 
 // viewTimeline turns the newest-first audit events into timeline entries with how long each state
 // lasted (until the next event, or until now for the current one).
-func viewTimeline(events []persistence.AuditEvent, now time.Time) []timelineEntry {
+func viewTimeline(events []persistence.AuditEvent, now time.Time, traces TraceLinks) []timelineEntry {
 	out := make([]timelineEntry, len(events))
 	for i, e := range events {
 		end, current := now, i == 0
@@ -365,7 +365,7 @@ func viewTimeline(events []persistence.AuditEvent, now time.Time) []timelineEntr
 			from = viewStatus(e.From).Label
 		}
 		out[i] = timelineEntry{At: fmtTime(e.OccurredAt), Kind: strings.TrimPrefix(string(e.Kind), "mcp.server."), From: from,
-			To: viewStatus(e.Status), Lasted: lasted, Current: current, TraceID: e.TraceID}
+			To: viewStatus(e.Status), Lasted: lasted, Current: current, Trace: traces.view(e.TraceID)}
 	}
 	return out
 }

@@ -16,6 +16,9 @@ func TestRunRefusesABadEnvironment(t *testing.T) {
 		{"MCPFLEET_HEARTBEAT_INTERVAL", "10"},
 		{"MCPFLEET_MASS_SILENCE_FRACTION", "2"},
 		{"MCPFLEET_HTTP_ADDR", "localhost"},
+		{"MCPFLEET_TRACE_URL", "http://jaeger:16686/trace/"},         // no {trace_id}
+		{"MCPFLEET_TRACE_URL", "jaeger:16686/trace/{trace_id}"},      // no scheme
+		{"MCPFLEET_TRACE_URL", "http://jaeger/{trace_id}/{span_id}"}, // another placeholder
 	} {
 		env := map[string]string{"MCPFLEET_DATABASE_URL": "postgres://nobody@127.0.0.1:1/x", tt.name: tt.value}
 		err := run(context.Background(), []string{"serve"}, func(k string) string { return env[k] }, io.Discard, io.Discard)

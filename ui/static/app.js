@@ -116,9 +116,43 @@
     if (n) { n.textContent = String(Math.max(0, parseInt(n.textContent, 10) + by)); }
   }
 
+  // A trace id links to the tracing UI when the service has a template (MCPFLEET_TRACE_URL).
+  var traceURL = body.dataset.traceTemplate || '';
+  function traceLink(id) {
+    if (!traceURL || !/^[0-9a-f]{32}$/.test(id || '')) { return null; }
+    var a = el('a', 'trace');
+    a.href = traceURL.split('{trace_id}').join(id);
+    a.target = '_blank';
+    a.rel = 'noopener noreferrer';
+    a.dataset.traceId = id;
+    a.appendChild(el('code', '', id));
+    return a;
+  }
+
+  // The last heartbeat of the servers on the page, from the stream's heartbeat frames (?watch=).
+  function watched() {
+    if (cardID) { return [cardID]; }
+    var ids = [];
+    document.querySelectorAll('tr[data-server-id]').forEach(function (row) {
+      if (ids.length < 200) { ids.push(row.dataset.serverId); }
+    });
+    return ids;
+  }
+  function heartbeat(e) {
+    var text = fmtTime(e.last_heartbeat_at);
+    document.querySelectorAll('tr[data-server-id="' + e.server_id + '"] [data-field="last-heartbeat"]').forEach(function (cell) {
+      cell.textContent = text;
+    });
+    if (cardID && cardID === e.server_id) {
+      document.querySelectorAll('[data-last-heartbeat]').forEach(function (n) { n.textContent = text; });
+    }
+  }
+
   function apply(e) {
     if (logEl) {
       var li = el('li', '', fmtTime(e.at) + ' — ' + e.module_name + ': ' + describe(e));
+      var link = traceLink(e.trace_id);
+      if (link) { li.appendChild(document.createTextNode(' · trace ')); li.appendChild(link); }
       logEl.insertBefore(li, logEl.firstChild);
       while (logEl.children.length > 20) { logEl.removeChild(logEl.lastChild); }
     }
@@ -144,7 +178,9 @@
     var es = null;
     var backoff = 1000;
     var connect = function () {
-      es = new EventSource('/v1/mcp/events?last_event_id=' + encodeURIComponent(cursor));
+      var ids = watched();
+      es = new EventSource('/v1/mcp/events?last_event_id=' + encodeURIComponent(cursor) +
+        (ids.length ? '&watch=' + encodeURIComponent(ids.join(',')) : ''));
       es.onopen = function () {
         backoff = 1000;
         state('Live: on. Changes appear here without reloading.');
@@ -156,6 +192,11 @@
         if (cardID && e.server_id !== cardID) { return; }
         apply(e);
       };
+      es.addEventListener('heartbeat', function (m) {
+        var e;
+        try { e = JSON.parse(m.data); } catch (err) { return; }
+        heartbeat(e);
+      });
       es.addEventListener('reset', function (m) {
         if (m.lastEventId) { cursor = m.lastEventId; }
         state('The live feed could not resume where it left off: reload the page to see the current state.');
