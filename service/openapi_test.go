@@ -47,6 +47,7 @@ func TestFleetclientAgreesWithOpenAPI(t *testing.T) {
 		{"ServerPage", fleetclient.ServerPage{}, false, nil},
 		{"Skill", fleetclient.Skill{}, false, nil},
 		{"AuditEvent", fleetclient.AuditEvent{}, false, nil},
+		{"ToolChange", fleetclient.ToolChange{}, false, nil},
 		// RFC 9457's instance, which the client reads if present and this service never sends.
 		{"Problem", fleetclient.ProblemError{}, false, []string{"Problem.instance"}},
 	} {
@@ -92,8 +93,22 @@ func TestFleetclientAgreesWithOpenAPI(t *testing.T) {
 	}
 	_, err = mod.GetServer(ctx, reg.ServerID)
 	call("GetServer", err)
-	_, err = mod.Skills(ctx, reg.ServerID)
+	skills, err := mod.Skills(ctx, reg.ServerID)
 	call("Skills", err)
+	// A re-registration that changes the tool's description records a change.
+	changed := req
+	changed.CapabilityAdvertisement.Tools = []fleetclient.Tool{{Name: "list", Description: "lists, differently", InputSchema: []byte(`{"type":"object"}`)}}
+	if _, err := mod.Register(ctx, changed); err != nil {
+		t.Fatalf("re-register with a changed tool: %v", err)
+	}
+	if len(skills) != 1 {
+		t.Fatalf("skills %+v", skills)
+	}
+	changes, err := op.ToolChanges(ctx, skills[0].SkillID, fleetclient.ToolChangesOptions{Limit: 10})
+	call("ToolChanges", err)
+	if len(changes) != 1 || changes[0].Cause != "definition" {
+		t.Errorf("tool changes %+v", changes)
+	}
 	_, err = op.Audit(ctx, fleetclient.AuditOptions{ServerID: reg.ServerID})
 	call("Audit", err)
 	call("Healthz", mod.Healthz(ctx))
