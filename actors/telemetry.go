@@ -20,8 +20,8 @@ import (
 // actors carries the span context of its cause (a telemetry.Carrier field) and the receiving actor
 // starts its span from it:
 //
-//	HTTP (otelgin) ─▶ fleet.register ─▶ server.register ─▶ writer.apply ─▶ SQL of the command
-//	HTTP (otelgin) ─▶ server.heartbeat [─▶ server.recover ─▶ writer.apply ─▶ SQL]
+//	HTTP request (httpapi's tracing middleware) ─▶ fleet.register ─▶ server.register ─▶ writer.apply ─▶ SQL of the command
+//	HTTP request (httpapi's tracing middleware) ─▶ server.heartbeat [─▶ server.recover ─▶ writer.apply ─▶ SQL]
 //	writer.flush (root; a link to every request it carries) ─▶ BEGIN, batch, COMMIT
 //	stamper.flush (root; a link to every sampled heartbeat it carries) ─▶ UPDATE
 //	server.transition (root; links to the last heartbeat and the registration) ─▶ writer.apply ─▶ SQL
