@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
 )
 
 // batchCounter counts the batches the store sends (each group commit, and each retry of one command
@@ -34,8 +35,57 @@ func (c *batchCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // per-command retry. The same holds for a module key's refused re-registration of an administrator's
 // server (ErrNotOwned).
 func TestServerLimitDoesNotFailTheGroup(t *testing.T) {
+	testServerLimitDoesNotFailTheGroup(t, func(c persistence.Command) persistence.Command { return c })
+}
+
+// The production path: every server write fenced with its shard's epoch (WithFence). A refused command
+// consumes every result it queued, so the next command of the batch reads its own results and the group
+// commits in one batch. Fenced twice, the outer fence applies the inner command through fencedCmd's own
+// Queue and Read (not the step's set_config), the path that must read its reset statement after a refusal.
+func TestFencedServerLimitDoesNotFailTheGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		times int
+	}{{"fenced", 1}, {"fenced twice", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d *dash
+			fences := map[int]persistence.Fence{}
+			testServerLimitDoesNotFailTheGroupOn(t, func(dd *dash) { d = dd }, func(c persistence.Command) persistence.Command {
+				var srv uuid.UUID
+				switch c := c.(type) {
+				case *persistence.RegisterCmd:
+					srv = c.ServerID
+				case *persistence.TransitionCmd:
+					srv = c.ServerID
+				case *persistence.ConfigureCmd:
+					srv = c.ServerID
+				default:
+					t.Fatalf("no server id in %T", c)
+				}
+				f, ok := fences[shard.Of(srv)]
+				if !ok {
+					f = d.claim(srv, "n1")
+					fences[shard.Of(srv)] = f
+				}
+				for range tc.times {
+					c = persistence.WithFence(c, f)
+				}
+				return c
+			})
+		})
+	}
+}
+
+func testServerLimitDoesNotFailTheGroup(t *testing.T, wrap func(persistence.Command) persistence.Command) {
+	testServerLimitDoesNotFailTheGroupOn(t, func(*dash) {}, wrap)
+}
+
+// testServerLimitDoesNotFailTheGroupOn runs the test with every command of the mixed batches passed
+// through wrap (onDash sees the test's database first).
+func testServerLimitDoesNotFailTheGroupOn(t *testing.T, onDash func(*dash), wrap func(persistence.Command) persistence.Command) {
 	var batches batchCounter
 	d := newDashWith(t, persistence.Options{MaxServersPerTenant: 3, Tracer: &batches})
+	onDash(d)
 	ctx := context.Background()
 	a, b := d.tenant, d.newTenant("other")
 	reg := func(tenant uuid.UUID, module string) *persistence.RegisterCmd {
@@ -66,6 +116,9 @@ func TestServerLimitDoesNotFailTheGroup(t *testing.T) {
 	overConfigure := &persistence.ConfigureCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: a, ModuleName: "a-admin",
 		Version: "1", Config: persistence.DefaultServerConfig(a, uuid.New()), At: t0}
 	batch := []persistence.Command{overLimit, bNew, aAgain, bTransition, notOwned, overConfigure, bAgain}
+	for i := range batch {
+		batch[i] = wrap(batch[i])
+	}
 	before := batches.n.Load()
 	errs := d.store.Commit(ctx, batch)
 	if n := batches.n.Load() - before; n != 1 {
@@ -96,7 +149,7 @@ func TestServerLimitDoesNotFailTheGroup(t *testing.T) {
 	}
 	cLast, cOver := reg(c, "c3"), reg(c, "c4")
 	before = batches.n.Load()
-	errs = d.store.Commit(ctx, []persistence.Command{cLast, cOver})
+	errs = d.store.Commit(ctx, []persistence.Command{wrap(cLast), wrap(cOver)})
 	if errs[0] != nil || !cLast.Created || !errors.Is(errs[1], persistence.ErrServerLimit) {
 		t.Fatalf("the last place: %v, created %v", errs, cLast.Created)
 	}

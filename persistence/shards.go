@@ -179,15 +179,19 @@ func (c *fencedCmd) Queue(b *pgx.Batch) {
 	b.Queue(fenceResetSQL)
 }
 
-// Read implements Command.
+// Read implements Command. It reads every result Queue queued (the check, the inner command's, the reset)
+// before it returns anything, the inner command's refusal too: a refusal leaves the group commit intact,
+// so the next command's results follow in the same batch and must not meet this command's reset.
 func (c *fencedCmd) Read(br pgx.BatchResults) error {
 	var ok bool
 	if err := br.QueryRow().Scan(&ok); err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
+	var innerErr error
 	if ok {
-		if err := c.inner.Read(br); err != nil {
-			return err
+		innerErr = c.inner.Read(br)
+		if r := (*refusal)(nil); innerErr != nil && !errors.As(innerErr, &r) {
+			return innerErr // a statement failed: the transaction is aborted, the batch is not read further
 		}
 	} else {
 		for range c.n {
@@ -202,5 +206,5 @@ func (c *fencedCmd) Read(br pgx.BatchResults) error {
 	if !ok {
 		return refuse(fmt.Errorf("shard %d epoch %d: %w", c.fence.Shard, c.fence.Epoch, ErrFenced))
 	}
-	return nil
+	return innerErr
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -600,5 +601,47 @@ func TestReregisteredAdminServerToolsAvailable(t *testing.T) {
 	waitFor(t, "the /mcp call works again", 5*time.Second, func() bool { return !mcpCall().IsError })
 	if got := toolNames(t, s); !slices.Equal(got, []string{"echo"}) {
 		t.Fatalf("/mcp lists %v, want [echo]", got)
+	}
+}
+
+// Break A of the fencing review: under fencing (every server write of serve is fenced) a refused
+// registration must not fail the group commit it shares with other tenants' writes. Tenant A at its
+// limit sends 20 new registrations at once, tenant B one: A's are refused (403), B's is created (201),
+// none is a 503 of a group retried until the write timeout. A tenant starting at 0 with 20 at once gets
+// exactly its limit created and the rest refused.
+func TestParallelRegistrationsOverTheLimitDoNotFailOtherTenants(t *testing.T) {
+	h := newHarness(t, withLimits(3, 500, 256<<10))
+	for _, m := range []string{"a1", "a2", "a3"} {
+		h.register(m)
+	}
+	_, keysB := h.NewTenant("other")
+	_, keysC := h.NewTenant("third")
+	burst := func(key, prefix string, n int, extra func() response) (codes map[int]int, extraResp response) {
+		var mu sync.Mutex
+		codes = map[int]int{}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				r := h.do("POST", "/v1/mcp/servers/register", key, registration(fmt.Sprintf("%s-%d", prefix, i)))
+				mu.Lock()
+				codes[r.status]++
+				mu.Unlock()
+			})
+		}
+		if extra != nil {
+			wg.Go(func() { extraResp = extra() })
+		}
+		wg.Wait()
+		return codes, extraResp
+	}
+	codes, b := burst(h.module(), "new", 20, func() response {
+		return h.do("POST", "/v1/mcp/servers/register", keysB[persistence.RoleModule], registration("b1"))
+	})
+	if codes[http.StatusForbidden] != 20 || b.status != http.StatusCreated {
+		t.Fatalf("tenant A at its limit, 20 at once: %v; tenant B's registration: %d %s", codes, b.status, b.body)
+	}
+	codes, _ = burst(keysC[persistence.RoleModule], "c", 20, nil)
+	if codes[http.StatusCreated] != 3 || codes[http.StatusForbidden] != 17 {
+		t.Fatalf("tenant C from 0, 20 at once: %v, want 3×201 and 17×403", codes)
 	}
 }
