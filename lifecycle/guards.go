@@ -64,14 +64,14 @@ type MassSilenceConfig struct {
 	Min int
 }
 
-// MassSilence is the mass-silence guard: a per-tenant budget of unhealthy transitions per monitor
-// period. It is not safe for concurrent use (the fleet owns it).
+// MassSilence is the single-node mass-silence guard: a per-tenant budget of unhealthy transitions
+// per monitor period, counted in memory (one SilenceCount per tenant). In cluster mode the count is the
+// tenant's, kept in PostgreSQL for every node (persistence.Store.TakeSilencePermits) under the same rule
+// (SilenceCount.At, Take); the node's MassSilence then only records its own refusals (Refused) for the
+// release log of NewPeriod. It is not safe for concurrent use (the fleet owns it).
 type MassSilence struct {
-	cfg     MassSilenceConfig
-	used    map[uuid.UUID]int  // permits granted this period
-	refused map[uuid.UUID]int  // refusals this period
-	held    map[uuid.UUID]int  // refusals in the current episode
-	episode map[uuid.UUID]bool // a hold was announced for the current episode
+	cfg    MassSilenceConfig
+	counts map[uuid.UUID]SilenceCount
 }
 
 // NewMassSilence returns the guard, or nil if cfg turns it off (Fraction ≤ 0). A zero Min is
@@ -83,8 +83,7 @@ func NewMassSilence(cfg MassSilenceConfig) *MassSilence {
 	if cfg.Min <= 0 {
 		cfg.Min = config.DefaultMassSilenceMin
 	}
-	return &MassSilence{cfg: cfg, used: map[uuid.UUID]int{}, refused: map[uuid.UUID]int{},
-		held: map[uuid.UUID]int{}, episode: map[uuid.UUID]bool{}}
+	return &MassSilence{cfg: cfg, counts: map[uuid.UUID]SilenceCount{}}
 }
 
 // Budget is how many of a tenant's servers may turn unhealthy per period: max(Min, Fraction·servers).
@@ -106,17 +105,25 @@ func (m *MassSilence) Permit(tenantID uuid.UUID, servers int) (granted bool, hol
 		return true, nil
 	}
 	budget := m.Budget(servers)
-	if m.used[tenantID] < budget {
-		m.used[tenantID]++
-		return true, nil
+	c, n, announce := m.counts[tenantID].Take(1, budget)
+	m.counts[tenantID] = c
+	if announce {
+		hold = &Hold{TenantID: tenantID, Held: c.Held, Budget: budget}
 	}
-	m.refused[tenantID]++
-	m.held[tenantID]++
-	if m.episode[tenantID] {
-		return false, nil
+	return n == 1, hold
+}
+
+// Refused records n refusals of tenantID's servers decided by the tenant's shared count (cluster mode),
+// so that NewPeriod reports the episode's end as this node saw it. The hold alert is the shared count's.
+func (m *MassSilence) Refused(tenantID uuid.UUID, n int) {
+	if m == nil || n <= 0 {
+		return
 	}
-	m.episode[tenantID] = true
-	return false, &Hold{TenantID: tenantID, Held: m.held[tenantID], Budget: budget}
+	c := m.counts[tenantID]
+	c.Refused += n
+	c.Held += n
+	c.Episode = true
+	m.counts[tenantID] = c
 }
 
 // Release ends a tenant's mass-silence episode.
@@ -132,14 +139,69 @@ func (m *MassSilence) NewPeriod() []Release {
 		return nil
 	}
 	var out []Release
-	for t := range m.episode {
-		if m.refused[t] == 0 {
-			out = append(out, Release{TenantID: t, Held: m.held[t]})
-			delete(m.episode, t)
-			delete(m.held, t)
+	for t, c := range m.counts {
+		next, ended, held := c.Next()
+		if ended {
+			out = append(out, Release{TenantID: t, Held: held})
+		}
+		if next == (SilenceCount{Period: next.Period}) {
+			delete(m.counts, t)
+		} else {
+			m.counts[t] = next
 		}
 	}
-	clear(m.refused)
-	clear(m.used)
 	return out
+}
+
+// SilenceCount is one tenant's count of the mass-silence guard: the state its rule reads and writes.
+// The rule is Take (grant within the period's budget, announce the first refusal of an episode) and
+// Next/At (a new period renews the budget; an episode is over after a period with no refusal). The
+// single-node guard keeps one per tenant in memory; in cluster mode PostgreSQL keeps the tenant's one
+// count, and each node applies the same rule to it under a row lock.
+type SilenceCount struct {
+	Period  time.Time // the period counted: the wall clock floored to the monitor interval (At); zero in memory
+	Used    int       // permits granted in the period
+	Refused int       // refusals in the period
+	Held    int       // refusals in the current episode
+	Episode bool      // the current episode's hold was announced
+}
+
+// Take applies n permit requests against the period's budget: min(n, budget−Used) are granted, the rest
+// refused. announce is true when these refusals are the first of an episode (raise one alert).
+func (c SilenceCount) Take(n, budget int) (next SilenceCount, granted int, announce bool) {
+	granted = min(n, max(0, budget-c.Used))
+	refused := n - granted
+	c.Used += granted
+	if refused > 0 {
+		c.Refused += refused
+		c.Held += refused
+		announce = !c.Episode
+		c.Episode = true
+	}
+	return c, granted, announce
+}
+
+// Next ends the counted period: the next starts with its whole budget (Period is kept; At sets it).
+// ended says the episode is over (the period had no refusal); held is how many servers it held.
+func (c SilenceCount) Next() (next SilenceCount, ended bool, held int) {
+	if c.Refused == 0 && c.Episode {
+		return SilenceCount{Period: c.Period}, true, c.Held
+	}
+	return SilenceCount{Period: c.Period, Held: c.Held, Episode: c.Episode}, false, 0
+}
+
+// At returns the count of the period starting at p (interval long): c itself when p is not after
+// c.Period (a node whose tick falls in an earlier period than another's charges the current one, so a
+// period is never counted twice), else c rolled to p — once if p is the period right after c.Period,
+// twice if later (the periods in between had no request, so no refusal). ended and held are Next's.
+func (c SilenceCount) At(p time.Time, interval time.Duration) (next SilenceCount, ended bool, held int) {
+	if !p.After(c.Period) {
+		return c, false, 0
+	}
+	next, ended, held = c.Next()
+	if p.Sub(c.Period) > interval && !ended {
+		next, ended, held = next.Next()
+	}
+	next.Period = p
+	return next, ended, held
 }

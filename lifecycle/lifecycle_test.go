@@ -370,3 +370,33 @@ func TestEvidenceWall(t *testing.T) {
 		t.Fatalf("evidence wall %s", tr.EvidenceWall())
 	}
 }
+
+// TestSilenceCountAt: a tenant's shared count (cluster mode) follows the in-memory guard's rule across
+// wall-clock periods: a budget per period, one announcement per episode, an episode over after a period
+// with no refusal (also when no request came in it), and a late period charged to the current one.
+func TestSilenceCountAt(t *testing.T) {
+	p0 := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	const iv = 5 * time.Second
+	var c SilenceCount
+	take := func(at time.Time, n, wantGranted int, wantAnnounce, wantEnded bool) {
+		t.Helper()
+		var ended, announce bool
+		var g int
+		c, ended, _ = c.At(at, iv)
+		c, g, announce = c.Take(n, 2)
+		if g != wantGranted || announce != wantAnnounce || ended != wantEnded {
+			t.Fatalf("at %s take %d: granted %d announce %v ended %v, want %d %v %v (%+v)",
+				at.Format(time.TimeOnly), n, g, announce, ended, wantGranted, wantAnnounce, wantEnded, c)
+		}
+	}
+	take(p0, 1, 1, false, false)
+	take(p0, 3, 1, true, false)           // the budget is 2: one more, two refused, the episode begins
+	take(p0.Add(-iv), 1, 0, false, false) // a node still in the period before charges this one
+	take(p0.Add(iv), 3, 2, false, false)  // refused again in the next period: the same episode
+	if c.Held != 4 {
+		t.Fatalf("held %d, want 4", c.Held)
+	}
+	take(p0.Add(2*iv), 1, 1, false, false) // a period with no refusal
+	take(p0.Add(3*iv), 3, 2, true, true)   // ... ended the episode: a new one is announced
+	take(p0.Add(5*iv), 3, 2, true, true)   // a period without any request ends it too
+}
