@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -24,6 +25,7 @@ type fakeStore struct {
 	hook      func(persistence.Command) error
 	// reconcileErr, if set, fails ReconcileSkills (the last step of Start).
 	reconcileErr error
+	silence      map[uuid.UUID]lifecycle.SilenceCount // TakeSilencePermits
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{servers: map[uuid.UUID]persistence.Server{}} }
@@ -178,3 +180,22 @@ func (s *fakeStore) LoadServers(_ context.Context, tenantID uuid.UUID, fn func(p
 }
 
 var _ Store = (*fakeStore)(nil)
+
+// TakeSilencePermits keeps each tenant's mass-silence count in memory, applied one call at a time as
+// PostgreSQL does under its row lock; servers is the tenant's servers the store holds.
+func (s *fakeStore) TakeSilencePermits(_ context.Context, tenantID uuid.UUID,
+	take func(c lifecycle.SilenceCount, servers int) lifecycle.SilenceCount) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.silence == nil {
+		s.silence = map[uuid.UUID]lifecycle.SilenceCount{}
+	}
+	servers := 0
+	for _, srv := range s.servers {
+		if srv.TenantID == tenantID {
+			servers++
+		}
+	}
+	s.silence[tenantID] = take(s.silence[tenantID], servers)
+	return nil
+}

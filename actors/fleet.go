@@ -31,6 +31,14 @@ type fleetActor struct {
 	monitor *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
 	tenants map[uuid.UUID]int
 	silence *lifecycle.MassSilence // nil when the guard is off
+
+	// Cluster mode, guard on: the permits are the tenant's, counted in PostgreSQL (askShared).
+	shared      silenceStore // nil: the guard counts in memory (single-node mode: the node has the whole tenant)
+	period      time.Duration
+	periodStart time.Time                  // the wall-clock period of the last tick (periodOf)
+	waiting     map[uuid.UUID][]*actor.PID // permit requests not yet sent to the shared count
+	asking      map[uuid.UUID]bool         // a shared count call of the tenant is in flight
+	spent       map[uuid.UUID]bool         // the tenant's budget of periodStart is spent: refuse without asking
 }
 
 // fleetEntry is the fleet's own view of one server: what it was created with, and whether a
@@ -56,7 +64,9 @@ type loaded struct{}
 
 type respawnMsg struct{ id uuid.UUID }
 
-func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig, onEvent func(string)) *actor.Props {
+// shared, if not nil and the guard is on, is where the tenants' mass-silence counts are kept (cluster
+// mode); nil keeps them in memory.
+func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig, shared silenceStore, onEvent func(string)) *actor.Props {
 	strategy := actor.NewOneForOneStrategy(10, 10*time.Second, func(reason any) actor.Directive {
 		deps.log.Error("server actor failed; restarting it", "reason", reason)
 		if onEvent != nil {
@@ -65,12 +75,17 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 		return actor.RestartDirective
 	})
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &fleetActor{
+		f := &fleetActor{
 			deps: deps, entries: map[uuid.UUID]*fleetEntry{}, children: map[uuid.UUID]*actor.PID{},
 			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, onEvent: onEvent,
 			monitor: lifecycle.NewMonitor(period, deps.stall), tenants: map[uuid.UUID]int{},
-			silence: lifecycle.NewMassSilence(ms),
+			silence: lifecycle.NewMassSilence(ms), period: period,
+			waiting: map[uuid.UUID][]*actor.PID{}, asking: map[uuid.UUID]bool{}, spent: map[uuid.UUID]bool{},
 		}
+		if f.silence != nil {
+			f.shared = shared
+		}
+		return f
 	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()))
 }
 
@@ -125,7 +140,19 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		f.terminated(ctx, msg)
 	case *permitMsg:
-		ctx.Respond(&permitReply{granted: f.permit(ctx, msg.tenantID)})
+		if f.shared == nil {
+			ctx.Respond(&permitReply{granted: f.permit(ctx, msg.tenantID)})
+			return
+		}
+		if f.spent[msg.tenantID] {
+			f.silence.Refused(msg.tenantID, 1)
+			ctx.Respond(&permitReply{granted: false})
+			return
+		}
+		f.waiting[msg.tenantID] = append(f.waiting[msg.tenantID], ctx.Sender())
+		f.askShared(ctx, msg.tenantID)
+	case *sharedPermits:
+		f.answerShared(ctx, msg)
 	case *writeResult:
 		if err := msg.err(); err != nil {
 			f.deps.log.Error("fleet alert not written", "err", err)
@@ -231,6 +258,10 @@ func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
 // tick handled later than its period means the monitor stalled; lifecycle.Monitor credits the stall to
 // every deadline) and the mass-silence guard's new period.
 func (f *fleetActor) tick(msg *monitorTick) {
+	if p := periodOf(f.deps.clock.Now(), f.period); !p.Equal(f.periodStart) {
+		f.periodStart = p
+		clear(f.spent)
+	}
 	if msg.auto {
 		if late := f.monitor.Tick(f.deps.clock.Now()); late > 0 {
 			f.deps.log.Warn("monitor stalled: deadlines extended by the stall", "stall", late.String())
@@ -245,12 +276,20 @@ func (f *fleetActor) tick(msg *monitorTick) {
 }
 
 // permit grants a server of tenantID the right to turn unhealthy this monitor period, within the
-// tenant's budget (lifecycle.MassSilence); the first refusal of an episode raises one fleet-level alert.
+// tenant's budget (lifecycle.MassSilence, in memory: single-node mode); the first refusal of an
+// episode raises one fleet-level alert.
 func (f *fleetActor) permit(ctx actor.Context, tenantID uuid.UUID) bool {
 	granted, hold := f.silence.Permit(tenantID, f.tenants[tenantID])
-	if hold == nil {
-		return granted
+	if hold != nil {
+		f.hold(ctx, hold)
 	}
+	return granted
+}
+
+// hold makes the start of a mass-silence episode visible: a log line, an event and one fleet-level
+// alert.
+func (f *fleetActor) hold(ctx actor.Context, hold *lifecycle.Hold) {
+	tenantID := hold.TenantID
 	f.deps.log.Warn("mass-silence guard holding servers at degraded", "tenant_id", tenantID, "budget_per_period", hold.Budget)
 	if f.onEvent != nil {
 		f.onEvent("mass_silence_hold")
@@ -262,5 +301,4 @@ func (f *fleetActor) permit(ctx actor.Context, tenantID uuid.UUID) bool {
 	}}
 	ctx.Request(f.deps.writer, &writeRequest{cmds: []persistence.Command{cmd}, deadline: time.Now().Add(f.deps.writeTimeout)})
 	ctx.Send(f.deps.alerts, &alertQueued{})
-	return granted
 }

@@ -73,6 +73,7 @@ type Store interface {
 	stampStore
 	reconcileStore
 	alertStore
+	silenceStore
 	LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error
 }
 
@@ -278,7 +279,13 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers,
 	}
-	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, deps.OnEvent))
+	// The mass-silence guard counts in memory on a single node (it runs the whole tenant, and a permit
+	// costs no round trip); a cluster node runs a share of each tenant, so it counts in PostgreSQL.
+	var sharedSilence silenceStore
+	if cfg.Sharded {
+		sharedSilence = store
+	}
+	f.fleet, err = spawn("fleet", newFleetProps(sdeps, cfg.MonitorInterval, cfg.MassSilence, sharedSilence, deps.OnEvent))
 	fleetPID.Store(f.fleet)
 	return err
 }
