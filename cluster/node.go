@@ -61,6 +61,10 @@ const maxInFlight = 4096
 // etcdBaseKey is the prefix of the membership keys in etcd: <base>/<name>/<name>@<actor system id>.
 const etcdBaseKey = "/mcpfleet"
 
+// rejoinSettle is how long a node that joined again takes no new shard (see Node.holdGains): longer
+// than a rejoin takes (protoactor's graceful shutdown sleeps 2 s, its start 1 s).
+const rejoinSettle = 5 * time.Second
+
 // reassertInterval is how often the node hands Ownership its shards again although nothing changed.
 const reassertInterval = 5 * time.Second
 
@@ -94,6 +98,10 @@ type Node struct {
 	ready   bool  // Ownership accepted the shards of a topology that includes this node
 	leaving bool
 	rejoins int
+	// holdGains, after a rejoin, is until when the node takes no shard it does not hold already: when
+	// etcd lost every lease at once, every node rejoins within seconds of the others, and claiming on
+	// the partial views of that moment would move shards back and forth between nodes.
+	holdGains time.Time
 
 	kick chan struct{}
 	stop chan struct{}
@@ -264,8 +272,14 @@ func (n *Node) applyLoop() {
 		owners := Assign(members)
 		n.owners = owners
 		owned := Owned(owners, n.cfg.Addr)
+		holding := false
+		if wait := time.Until(n.holdGains); wait > 0 {
+			owned = slices.DeleteFunc(owned, func(sh int) bool { return !slices.Contains(n.applied, sh) })
+			holding = true
+			retry.Reset(wait)
+		}
 		same := slices.Equal(owned, n.applied) && n.applied != nil && !force
-		selfIn := n.selfIn
+		selfIn := n.selfIn && !holding
 		n.mu.Unlock()
 		if same {
 			continue
@@ -351,6 +365,7 @@ func (n *Node) rejoin(old *member) {
 			n.mu.Lock()
 			n.member, n.selfIn = m, true
 			n.rejoins++
+			n.holdGains = time.Now().Add(rejoinSettle)
 			n.mu.Unlock()
 			n.poke()
 			return
