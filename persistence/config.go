@@ -248,7 +248,10 @@ func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
 //
 // A move is a tool change (the rug pull defence applied to where a tool runs): when it replaces the
 // stored endpoint (or sets the first one of a server that existed before), every enabled tool of the
-// server is disabled until an operator enables it again, the tool's changed_at is set, its
+// server is disabled until an operator enables it again — orphaned ones too (the one mechanism against
+// the orphan-then-move bypass: a registration that advertises no tools orphans them with their enabled
+// flag, moves the endpoint, and the next one brings them back; an enabled tool is therefore always one
+// an operator approved at the endpoint the server has now) — the tool's changed_at is set, its
 // previous_definition gains the endpoint it was approved with ("endpoint"; an earlier unapproved change
 // keeps the older one), and the move is appended to tool_changes (cause 'endpoint', old and new endpoint,
 // by, traceID). Whoever sends it — an unbound module key is a tenant-wide credential, so it can re-register
@@ -272,11 +275,11 @@ func queueRegisteredEndpoint(b *pgx.Batch, tenantID uuid.UUID, moduleName, endpo
 			  AND server_config.endpoint IS DISTINCT FROM EXCLUDED.endpoint
 			RETURNING server_id
 		), cand AS (
-			-- the enabled tools, and those this registration's own definition change just disabled
+			-- the enabled tools, orphaned ones too, and those this registration's own definition change just disabled
 			SELECT k.skill_id, k.tenant_id, k.server_id, k.name, k.enabled,
 				jsonb_build_object('description', k.description, 'input_schema', k.input_schema, 'annotations', k.annotations) AS def
 			FROM skill_registry k JOIN up ON k.server_id = up.server_id
-			WHERE k.orphaned_at IS NULL AND (k.enabled OR k.changed_at = $4)
+			WHERE k.enabled OR (k.orphaned_at IS NULL AND k.changed_at = $4)
 		), moved AS (
 			UPDATE skill_registry k SET enabled = false, changed_at = $4, updated_at = $4,
 				previous_definition = jsonb_build_object('endpoint', (SELECT endpoint FROM old))

@@ -218,6 +218,7 @@ type changedSkill struct {
 	Enabled            bool            `json:"enabled"`
 	ChangedAt          *string         `json:"changed_at"`
 	PreviousDefinition json.RawMessage `json:"previous_definition"`
+	Orphaned           bool            `json:"orphaned"`
 }
 
 func (h *harness) skillByName(id, name string) changedSkill {
@@ -643,5 +644,73 @@ func TestParallelRegistrationsOverTheLimitDoNotFailOtherTenants(t *testing.T) {
 	codes, _ = burst(keysC[persistence.RoleModule], "c", 20, nil)
 	if codes[http.StatusCreated] != 3 || codes[http.StatusForbidden] != 17 {
 		t.Fatalf("tenant C from 0, 20 at once: %v, want 3×201 and 17×403", codes)
+	}
+}
+
+// Break B of the review: the move defence is not bypassed by orphaning the tool first. Key B
+// re-registers the server with no tools and the new endpoint (the enabled tool is orphaned in the same
+// registration), then again with the tool back and no endpoint: the tool stays disabled, the move is
+// recorded, and neither the administrator's direct call nor a call parked for approval before the move
+// (approved after it) reaches the new endpoint until an operator enables the tool again.
+func TestEndpointMoveOfAnOrphanedToolDisablesIt(t *testing.T) {
+	h := newHarness(t, withGateway(5*time.Second, 2))
+	legit, attacker := mcptest.Modern(t), mcptest.Modern(t)
+	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("modx", legit.URL))
+	if r.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["server_id"].(string)
+	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": true})
+	echo := h.fullSkills(id)["echo"]
+	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	parked := h.postCall(callBody("run-b", echo.SkillID, map[string]any{"text": "parked"}))
+	if parked.status != http.StatusAccepted {
+		t.Fatalf("parked call: %d %s", parked.status, parked.body)
+	}
+	p := decodeCall(t, parked)
+
+	keyB, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := echoRegistration("modx", attacker.URL)
+	empty["capability_advertisement"] = map[string]any{"tools": []map[string]any{}}
+	if r := h.do("POST", "/v1/mcp/servers/register", keyB.APIKey, empty); r.status != http.StatusOK {
+		t.Fatalf("re-register with no tools by key B: %d %s", r.status, r.body)
+	}
+	back := echoRegistration("modx", "")
+	delete(back, "endpoint")
+	if r := h.do("POST", "/v1/mcp/servers/register", keyB.APIKey, back); r.status != http.StatusOK {
+		t.Fatalf("re-register with the tool back by key B: %d %s", r.status, r.body)
+	}
+	if obj := h.fetchServer(id); obj["endpoint"] != attacker.URL {
+		t.Fatalf("endpoint %v", obj["endpoint"])
+	}
+	if k := h.skillByName(id, "echo"); k.Enabled || k.Orphaned || k.ChangedAt == nil {
+		t.Fatalf("the tool back after an orphaned move: %+v", k)
+	}
+	var moves int
+	h.ownerQuery(`SELECT count(*) FROM tool_changes WHERE skill_id = $1 AND cause = 'endpoint' AND was_enabled
+		AND old_endpoint = $2 AND new_endpoint = $3 AND changed_by = $4`, []any{echo.SkillID, legit.URL, attacker.URL, keyB.KeyID}, &moves)
+	if moves != 1 {
+		t.Fatalf("%d endpoint moves recorded, want 1", moves)
+	}
+	h.patch(id, map[string]any{"requires_approval": false})
+	wantProblem(t, h.postCall(callBody("run-b", echo.SkillID, map[string]any{"text": "secret"})), http.StatusConflict, "skill_disabled")
+	// The call parked before the move, approved after it by another administrator: refused, not sent.
+	r = h.callDecision(p.CallID, "approve")
+	if a := decodeCall(t, r); r.status != http.StatusOK || a.State != "failed" || a.outcome() != "skill_disabled" {
+		t.Fatalf("the parked call approved after the move: %d %s", r.status, r.body)
+	}
+	if n := len(attacker.Received()); n != 0 {
+		t.Fatalf("the new endpoint was contacted %d times before an operator enabled the tool", n)
+	}
+	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	if c := h.mustCall(callBody("run-b", echo.SkillID, map[string]any{"text": "two"})); c.State != "succeeded" || attacker.Calls("echo") != 1 {
+		t.Fatalf("the call after the operator's approval: %+v", c)
 	}
 }
