@@ -35,7 +35,8 @@ type EndpointTool struct {
 // EndpointTools returns every skill of tenantID with its server and its assigned endpoint name, ordered
 // by the server's registration and the skill's name (the order names are assigned in). Each server's
 // Transitions counts its status transitions at or after transitionsSince (the zero time: none are
-// counted); StatusSince and Transitions are read once per server, not per skill.
+// counted); StatusSince and Transitions are read once per server, not per skill (the server CTE is
+// MATERIALIZED: inlined, PostgreSQL ran both subqueries over the tenant's audit events for every skill).
 func (s *Store) EndpointTools(ctx context.Context, tenantID uuid.UUID, transitionsSince time.Time) ([]EndpointTool, error) {
 	var since *time.Time
 	if !transitionsSince.IsZero() {
@@ -45,7 +46,7 @@ func (s *Store) EndpointTools(ctx context.Context, tenantID uuid.UUID, transitio
 	var out []EndpointTool
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			WITH srv AS (
+			WITH srv AS MATERIALIZED (
 			    SELECT m.server_id, m.module_name, m.registered_at, m.status, m.last_heartbeat_at,
 			           (SELECT max(a.occurred_at) FROM audit_events a WHERE a.tenant_id = m.tenant_id AND a.server_id = m.server_id AND a.kind = ANY(
 			               CASE WHEN m.status IN ('unhealthy', 'deregistered') THEN ARRAY['mcp.server.unhealthy', 'mcp.server.deregistered']
