@@ -7,10 +7,11 @@
 // is routed by its MCP-Protocol-Version header.
 //
 // Each tenant has one SDK server holding the tenant's listed tools. A poller per tenant reads the tenant's
-// skills every PollInterval, assigns stable names to new ones (names.go), decides which are listed
-// (enabled, server enabled, schema in the supported subset, not orphaned, and in Hide mode the server's
-// liveness after a hold, listing.go) and applies the difference to the SDK server, which sends one
-// notifications/tools/list_changed to every connected session per change.
+// skills at once when told of a committed change (Endpoint.Changed) and otherwise every PollInterval,
+// assigns stable names to new ones (names.go), decides which are listed (enabled, server enabled, schema
+// in the supported subset, not orphaned, and in Hide mode the server's liveness after a hold, listing.go)
+// and applies the difference to the SDK server, which sends one notifications/tools/list_changed to every
+// connected session per change.
 //
 // Every request is checked in this order, each refusal a JSON-RPC error with an HTTP status: Host and
 // Origin (DNS rebinding), the bearer key, its role (administrator: remote tools always require one), the
@@ -32,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,8 +94,8 @@ type Config struct {
 	FlapThreshold int
 	// RetryAfter is what a call to a tool of an unhealthy server is told to wait; default the gateway's.
 	RetryAfter time.Duration
-	// PollInterval is how often each tenant's tools are read; default 250 ms, so an operator's change
-	// reaches every session within a second.
+	// PollInterval is how often each tenant's tools are read besides the reads Changed wakes: the bound
+	// for changes this node is not told of (another node's, health, the Hide mode hold); default 250 ms.
 	PollInterval time.Duration
 	// AllowedHosts are the host names (and addresses) a request's Host and Origin may name, besides the
 	// loopback names; a port is ignored (MCPFLEET_MCP_ALLOWED_HOSTS).
@@ -155,8 +157,10 @@ type Endpoint struct {
 	sessions map[string]sessionOwner // session id → the key that opened it
 	opening  map[uuid.UUID]int       // initialize requests in flight per key (sessions about to open)
 	seq      uint64                  // counts recorded sessions (sessionOwner.seq)
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// changes counts the calls of Changed, so a hub whose first read overlapped one reads again.
+	changes atomic.Uint64
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type sessionOwner struct {
@@ -485,6 +489,26 @@ func (e *Endpoint) hubOf(ctx context.Context) *hub {
 	return e.hubs[p.TenantID]
 }
 
+// Changed tells the endpoint that tenantID's tools may have changed, in a transaction already committed:
+// the tenant's poller reads them at once instead of at its next poll, and the sessions get their
+// list_changed as soon as that read is applied. It never blocks and is safe for concurrent use; any number
+// of calls before the read starts make one read. A tenant with no hub (no session has connected) has
+// nothing to update. Changes Changed is not told of (another node's, health, the Hide mode hold) are
+// picked up by the poll, every PollInterval.
+func (e *Endpoint) Changed(tenantID uuid.UUID) {
+	e.changes.Add(1)
+	e.mu.Lock()
+	h := e.hubs[tenantID]
+	e.mu.Unlock()
+	if h == nil {
+		return
+	}
+	select {
+	case h.wake <- struct{}{}:
+	default: // a read is already pending
+	}
+}
+
 // hub returns tenantID's hub, creating it (and reading its tools once) on first use.
 func (e *Endpoint) hub(ctx context.Context, tenantID uuid.UUID) (*hub, error) {
 	e.mu.Lock()
@@ -498,6 +522,7 @@ func (e *Endpoint) hub(ctx context.Context, tenantID uuid.UUID) (*hub, error) {
 		return nil, errors.New("the endpoint is closed")
 	}
 	h = newHub(e, tenantID)
+	changes := e.changes.Load()
 	if err := h.sync(ctx); err != nil {
 		return nil, err
 	}
@@ -510,6 +535,9 @@ func (e *Endpoint) hub(ctx context.Context, tenantID uuid.UUID) (*hub, error) {
 		return nil, errors.New("the endpoint is closed")
 	}
 	e.hubs[tenantID] = h
+	if e.changes.Load() != changes { // a change (of some tenant) was committed during the first read
+		h.wake <- struct{}{}
+	}
 	e.wg.Add(1)
 	go h.run()
 	return h, nil

@@ -42,6 +42,9 @@ type hub struct {
 	holds  *holds // Hide mode only
 
 	schemas map[uuid.UUID]normalizedSchema // by skill: the last schema normalised (sync's alone)
+	// wake asks the poller to read the tenant's tools now (Endpoint.Changed); one pending request
+	// stands for any number.
+	wake chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*entry // every named skill, by name
@@ -50,7 +53,7 @@ type hub struct {
 
 func newHub(e *Endpoint, tenant uuid.UUID) *hub {
 	h := &hub{e: e, tenant: tenant, holds: newHolds(e.cfg.ListHold), entries: map[string]*entry{}, listed: map[string]*entry{},
-		schemas: map[uuid.UUID]normalizedSchema{}}
+		schemas: map[uuid.UUID]normalizedSchema{}, wake: make(chan struct{}, 1)}
 	h.server = mcp.NewServer(&mcp.Implementation{Name: "mcpfleet", Title: "mcpfleet", Version: e.deps.Version}, &mcp.ServerOptions{
 		Instructions: "The tools of this mcpfleet tenant that an agent may call. Every call goes through mcpfleet's gateway: " +
 			"approval, a budget per run (this session), text-only results. A tool whose server is down answers at once with an error saying since when and when to retry.",
@@ -61,7 +64,9 @@ func newHub(e *Endpoint, tenant uuid.UUID) *hub {
 	return h
 }
 
-// run polls the tenant's tools until the endpoint closes.
+// run reads the tenant's tools every poll interval, and at once when woken (Endpoint.Changed), until
+// the endpoint closes. A wake during a read makes one more read after it, so a change committed while a
+// read was under way is never missed.
 func (h *hub) run() {
 	defer h.e.wg.Done()
 	t := time.NewTicker(h.e.cfg.PollInterval)
@@ -72,6 +77,7 @@ func (h *hub) run() {
 		case <-h.e.stop:
 			return
 		case <-t.C:
+		case <-h.wake:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := h.sync(ctx)

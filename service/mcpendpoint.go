@@ -1,16 +1,22 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/config"
 	"github.com/mcpfleet/mcpfleet/httpapi"
 	"github.com/mcpfleet/mcpfleet/mcpendpoint"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/remote"
+	"github.com/mcpfleet/mcpfleet/ui"
 )
 
 // MCPConfig configures the MCP endpoint (zero values take the defaults).
@@ -77,3 +83,63 @@ func (s *Service) MCPEndpoint() *mcpendpoint.Endpoint { return s.mcp }
 var _ interface {
 	Authenticate(*http.Request) (persistence.Principal, *httpapi.Problem)
 } = (*httpapi.Server)(nil)
+
+// listSignals tells the MCP endpoint of every operator change this node commits, so the tenant's list is
+// read at once (mcpendpoint.Endpoint.Changed) instead of at the next poll: a tool enabled or disabled, a
+// server changed (enabled, disabled, endpoint) or imported — through the API and the dashboard alike,
+// which both change them through the remote side wrapped here. Each method signals after its change
+// committed, and only if it succeeded; everything else passes through (configuring a server lists
+// nothing: its tools come with its import).
+type listSignals struct {
+	*remote.Service
+	mcp *mcpendpoint.Endpoint
+}
+
+var (
+	_ httpapi.Remote = listSignals{}
+	_ ui.Remote      = listSignals{}
+)
+
+// Update implements httpapi.Remote.
+func (l listSignals) Update(ctx context.Context, tenantID, serverID uuid.UUID, in remote.PatchInput) (remote.Server, error) {
+	srv, err := l.Service.Update(ctx, tenantID, serverID, in)
+	l.signal(tenantID, err)
+	return srv, err
+}
+
+// Import implements httpapi.Remote.
+func (l listSignals) Import(ctx context.Context, tenantID, serverID, by uuid.UUID) (remote.ImportReport, error) {
+	rep, err := l.Service.Import(ctx, tenantID, serverID, by)
+	l.signal(tenantID, err)
+	return rep, err
+}
+
+// SetSkillEnabled implements httpapi.Remote.
+func (l listSignals) SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool) (remote.SkillState, error) {
+	st, err := l.Service.SetSkillEnabled(ctx, tenantID, skillID, enabled)
+	l.signal(tenantID, err)
+	return st, err
+}
+
+func (l listSignals) signal(tenantID uuid.UUID, err error) {
+	if err == nil {
+		l.mcp.Changed(tenantID)
+	}
+}
+
+// registrationSignals tells the MCP endpoint of every registration this node commits: a registration
+// writes a self-registered server's catalogue (new tools, a changed tool disabled, vanished ones
+// orphaned, an endpoint move disabling them) and revives a server's tools.
+type registrationSignals struct {
+	httpapi.Fleet
+	mcp *mcpendpoint.Endpoint
+}
+
+// Register implements httpapi.Fleet.
+func (r registrationSignals) Register(ctx context.Context, req actors.RegisterRequest) (actors.RegisterResult, error) {
+	res, err := r.Fleet.Register(ctx, req)
+	if err == nil {
+		r.mcp.Changed(req.TenantID)
+	}
+	return res, err
+}

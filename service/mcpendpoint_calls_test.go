@@ -408,3 +408,53 @@ func (h *harness) heartbeatOK(id string) {
 		h.T.Fatalf("heartbeat %s: %d %s", id, r.status, r.body)
 	}
 }
+
+// TestMCPEndpointOperatorChangeWakesList: an operator change this node commits is read at once, not at
+// the next poll: with the poll an hour apart, enabling and disabling a tool, disabling and enabling its
+// server, a re-import that orphans an enabled tool, and a module's registration that changes its
+// advertised tool (which disables it) each reach the session as a list_changed and change what it lists.
+func TestMCPEndpointOperatorChangeWakesList(t *testing.T) {
+	h := newHarness(t, withMCPEndpoint(""), func(c *service.Config, _ *service.Options) { c.MCP.PollInterval = time.Hour })
+	id, skills := h.gatewayServer("tools", mcptest.Tools(t).URL, false, "text")
+	reg := registration("mod", "lookup")
+	mod := h.do("POST", "/v1/mcp/servers/register", h.module(), reg)
+	if mod.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", mod.status, mod.body)
+	}
+	modID := mod.json(t)["server_id"].(string)
+	h.patch(modID, map[string]any{"data_class": "internal", "requires_approval": false})
+	lookup := h.fullSkills(modID)["lookup"].SkillID
+	if r := h.do("POST", "/v1/mcp/skills/"+lookup+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		t.Fatalf("enable lookup: %d %s", r.status, r.body)
+	}
+	gens, _ := h.gatewayServer("changing", mcptest.Changing(t).URL, false, "gen_1")
+	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
+	if got := toolNames(t, s); !slices.Equal(got, []string{"gen_1", "mod.lookup", "text"}) {
+		t.Fatalf("first list %v", got)
+	}
+	changed := registration("mod", "lookup")
+	changed["capability_advertisement"].(map[string]any)["tools"].([]map[string]any)[0]["description"] = "does something else now"
+	steps := []struct {
+		what string
+		do   func()
+		want []string
+	}{
+		{"a re-import orphans gen_1", func() { h.importCatalogue(gens) }, []string{"mod.lookup", "text"}},
+		{"enable echo", func() { h.do("POST", "/v1/mcp/skills/"+skills["echo"].SkillID+"/enable", h.operatorKey(), nil) }, []string{"echo", "mod.lookup", "text"}},
+		{"disable text", func() { h.do("POST", "/v1/mcp/skills/"+skills["text"].SkillID+"/disable", h.operatorKey(), nil) }, []string{"echo", "mod.lookup"}},
+		{"disable the server", func() { h.patch(id, map[string]any{"enabled": false}) }, []string{"mod.lookup"}},
+		{"enable the server", func() { h.patch(id, map[string]any{"enabled": true}) }, []string{"echo", "mod.lookup"}},
+		{"a registration changes a tool", func() {
+			if r := h.do("POST", "/v1/mcp/servers/register", h.module(), changed); r.status != http.StatusOK {
+				t.Fatalf("register again: %d %s", r.status, r.body)
+			}
+		}, []string{"echo"}},
+	}
+	for i, st := range steps {
+		st.do()
+		waitFor(t, st.what+": list_changed", 10*time.Second, func() bool { return s.changes.Load() >= int64(i+1) })
+		if got := toolNames(t, s); !slices.Equal(got, st.want) {
+			t.Fatalf("%s: tools %v, want %v", st.what, got, st.want)
+		}
+	}
+}

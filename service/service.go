@@ -142,15 +142,16 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 	if err := s.startGateway(ctx, cfg, opt, log); err != nil {
 		return nil, err
 	}
-	dashboard, err := s.newUI(cfg, opt, log)
+	s.mcp = s.newMCPEndpoint(cfg, opt, log)
+	changes := listSignals{Service: s.remote, mcp: s.mcp} // operator changes wake the MCP endpoint's list
+	dashboard, err := s.newUI(cfg, opt, log, changes)
 	if err != nil {
 		return nil, err
 	}
-	s.mcp = s.newMCPEndpoint(cfg, opt, log)
 	api := httpapi.New(cfg.apiConfig(), httpapi.Deps{
-		Fleet: fleet, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
+		Fleet: registrationSignals{Fleet: fleet, mcp: s.mcp}, Store: s.store, Log: log, TracerProvider: s.tracing.Provider, Propagator: s.tracing.Propagator,
 		Metrics: s.metrics, MetricsHandler: s.prom.Handler,
-		Ready: s.ready.Load, Remote: s.remote, Events: s.store, UI: dashboard,
+		Ready: s.ready.Load, Remote: changes, Events: s.store, UI: dashboard,
 		Gateway: s.gateway, MCP: s.mcp, Cluster: s.clusterStatus(),
 	})
 	s.api = api

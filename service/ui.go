@@ -12,11 +12,12 @@ import (
 
 // newUI narrows the configuration into the dashboard's and builds it, after the gateway (its approvals).
 // The dashboard reads the health model's clock, so a test's fake clock reaches the durations it shows.
-func (s *Service) newUI(cfg Config, opt Options, log *slog.Logger) (*ui.UI, error) {
+// Its operator actions go through rem (the remote side, wrapped to signal the MCP endpoint).
+func (s *Service) newUI(cfg Config, opt Options, log *slog.Logger, rem ui.Remote) (*ui.UI, error) {
 	return ui.New(ui.Config{
 		HeartbeatInterval: cfg.HeartbeatInterval, FlapWindow: cfg.FlapWindow, FlapThreshold: cfg.FlapThreshold,
 		SecureCookies: cfg.UISecureCookies, TraceURL: cfg.TraceURL,
-	}, ui.Deps{Store: s.store, Auth: apiAuth{s}, Remote: s.remote, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
+	}, ui.Deps{Store: s.store, Auth: apiAuth{s}, Remote: rem, Calls: uiCalls{gw: s.gateway, store: s.store}, Log: log, Clock: opt.Clock})
 }
 
 // apiAuth is the API's authentication for the dashboard. The dashboard is built before the API (which
