@@ -79,8 +79,9 @@ if [ "$MODE" = all ] || [ "$MODE" = mcp ]; then
 	OPERATOR_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
 	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
 	SESSIONS=${BENCH_MCP_SESSIONS:-1000}
-	# One key holds every session of the fan-out, so the per-key limits are raised for the bench.
-	MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
+	# One key holds every session of the fan-out, so the per-key limits are raised for the bench. mcpbench
+	# sends no heartbeats: H is 10 min here, so its servers stay healthy however long a loaded machine takes.
+	MCPFLEET_HEARTBEAT_INTERVAL="${BENCH_MCP_H:-10m}" MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
 		MCPFLEET_ENDPOINT_ALLOWLIST=127.0.0.1 MCPFLEET_SECRET_KEY="${MCPFLEET_SECRET_KEY:-$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}" \
 		MCPFLEET_MCP_SESSIONS_PER_KEY=$((SESSIONS + 10)) MCPFLEET_MCP_STREAMS_PER_KEY=$((2 * SESSIONS + 64)) \
 		MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" bin/mcpfleet serve 2>.data/bench-mcp-serve.log &
