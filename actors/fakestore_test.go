@@ -26,6 +26,7 @@ type fakeStore struct {
 	// reconcileErr, if set, fails ReconcileSkills (the last step of Start).
 	reconcileErr error
 	silence      map[uuid.UUID]lifecycle.SilenceCount // TakeSilencePermits
+	silenceErr   error                                // if set, fails TakeSilencePermits
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{servers: map[uuid.UUID]persistence.Server{}} }
@@ -187,6 +188,9 @@ func (s *fakeStore) TakeSilencePermits(_ context.Context, tenantID uuid.UUID,
 	take func(c lifecycle.SilenceCount, servers int) lifecycle.SilenceCount) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.silenceErr != nil {
+		return s.silenceErr
+	}
 	if s.silence == nil {
 		s.silence = map[uuid.UUID]lifecycle.SilenceCount{}
 	}

@@ -127,3 +127,51 @@ func (c *countingSilence) TakeSilencePermits(ctx context.Context, tenantID uuid.
 	c.calls.Add(1)
 	return c.Store.TakeSilencePermits(ctx, tenantID, take)
 }
+
+// TestMassSilenceUnreachableCountKeepsTheSeedsRule: in cluster mode, a tenant's shared count that
+// cannot be reached (PostgreSQL away) holds nobody: every silent server turns unhealthy at 3H, as
+// when the guard is off or the fleet does not answer, rather than being held on a count nobody has.
+func TestMassSilenceUnreachableCountKeepsTheSeedsRule(t *testing.T) {
+	h := newShardedGuardHarness(t)
+	ids := []uuid.UUID{h.register("a"), h.register("b"), h.register("c")}
+	h.store.mu.Lock()
+	h.store.silenceErr = errLost
+	h.store.mu.Unlock()
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	for _, id := range ids {
+		wantStatuses(t, h.statuses(id), health.Unhealthy)
+	}
+}
+
+// TestMassSilenceSharedCountHolds: the same fleet with its shared count reachable holds all but the
+// budget (the check that the test above is not passing for another reason).
+func TestMassSilenceSharedCountHolds(t *testing.T) {
+	h := newShardedGuardHarness(t)
+	ids := []uuid.UUID{h.register("a"), h.register("b"), h.register("c")}
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	n := map[health.Status]int{}
+	for _, id := range ids {
+		for _, s := range h.statuses(id) {
+			n[s]++
+		}
+	}
+	if n[health.Unhealthy] != 1 || n[health.Degraded] != 2 {
+		t.Fatalf("transitions %v, want 1 unhealthy and 2 held at degraded", n)
+	}
+}
+
+// newShardedGuardHarness is a cluster-mode fleet over the fake store (its shared count in memory)
+// owning every shard, with the guard on at a budget of 1.
+func newShardedGuardHarness(t *testing.T) *harness {
+	h := newHarness(t, func(c *Config) { c.Sharded, c.MassSilence = true, MassSilenceConfig{Fraction: 0.01, Min: 1} })
+	all := make([]int, 64)
+	for i := range all {
+		all[i] = i
+	}
+	if err := h.fleet.SetOwned(context.Background(), all, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
