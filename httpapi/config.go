@@ -198,6 +198,7 @@ func (s *Server) patchServer(c *gin.Context) error {
 	if body.Endpoint != nil && *body.Endpoint == "" {
 		return badRequest("invalid_field", "endpoint", "endpoint must not be empty")
 	}
+	in.By = p.KeyID
 	srv, err := s.deps.Remote.Update(c.Request.Context(), p.TenantID, id, in)
 	if err != nil {
 		return remoteError(err)

@@ -1,8 +1,11 @@
 package remote
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +54,8 @@ type PatchInput struct {
 	RequiresApproval *bool
 	Enabled          *bool
 	Liveness         *string
+	// By is the key making the change, recorded with it (see Update).
+	By uuid.UUID
 }
 
 // Server is a server with its description, as an operation that changed it leaves it.
@@ -100,7 +105,10 @@ func (s *Service) Configure(ctx context.Context, tenantID uuid.UUID, in Configur
 	return Server{Server: srv, Description: descs[srv.ServerID]}, nil
 }
 
-// Update changes the configuration of one server of tenantID (persistence.ErrNotFound for none).
+// Update changes the configuration of one server of tenantID (persistence.ErrNotFound for none). A
+// change that commits is logged ("server configuration changed", at info) with the server, in.By and
+// ConfigChanges: who changed what, old → new, never the credential. Turning requires_approval off
+// releases no parked call: each still needs another administrator's approval (gateway.Approve).
 func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in PatchInput) (Server, error) {
 	var endpoint string
 	if in.Endpoint != nil {
@@ -120,7 +128,9 @@ func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in P
 	if in.AuthSet && in.Auth != nil && in.Auth.CredentialSet && s.key == nil {
 		return Server{}, ErrNoSecretKey // before the transaction: nothing to seal with
 	}
+	var before persistence.ServerConfig
 	srv, cfg, err := s.store.UpdateServerConfig(ctx, tenantID, serverID, s.wallNow(), func(c *persistence.ServerConfig) error {
+		before = *c
 		if in.Endpoint != nil {
 			if c.Credential != nil && originOf(endpoint) != originOf(c.Endpoint) {
 				// Never send a credential to an origin it was not given for: a new one must come with the move.
@@ -156,7 +166,40 @@ func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in P
 	if err != nil {
 		return Server{}, err
 	}
+	if changes := ConfigChanges(before, cfg); len(changes) > 0 {
+		s.log.InfoContext(ctx, "server configuration changed", "tenant_id", tenantID, "server_id", serverID,
+			"module_name", srv.ModuleName, "key_id", in.By, "changes", changes)
+	}
 	return Server{Server: srv, Description: Description{Config: cfg, LastProbe: s.probes.lastResult(serverID)}}, nil
+}
+
+// ConfigChanges lists the editable fields that differ between before and after, in a fixed order, each
+// as "field: old → new" ("" shown as none). The credential is never shown: only "auth.credential:
+// set", "replaced" or "removed".
+func ConfigChanges(before, after persistence.ServerConfig) []string {
+	var out []string
+	show := func(v string) string { return cmp.Or(v, "none") }
+	add := func(field, old, new string) {
+		if old != new {
+			out = append(out, field+": "+show(old)+" → "+show(new))
+		}
+	}
+	add("endpoint", before.Endpoint, after.Endpoint)
+	add("auth.mode", before.AuthMode, after.AuthMode)
+	add("auth.header_name", before.AuthHeaderName, after.AuthHeaderName)
+	switch {
+	case before.Credential == nil && after.Credential != nil:
+		out = append(out, "auth.credential: set")
+	case before.Credential != nil && after.Credential == nil:
+		out = append(out, "auth.credential: removed")
+	case !bytes.Equal(before.Credential, after.Credential):
+		out = append(out, "auth.credential: replaced")
+	}
+	add("data_class", before.DataClass, after.DataClass)
+	add("requires_approval", strconv.FormatBool(before.RequiresApproval), strconv.FormatBool(after.RequiresApproval))
+	add("enabled", strconv.FormatBool(before.Enabled), strconv.FormatBool(after.Enabled))
+	add("liveness", before.Liveness, after.Liveness)
+	return out
 }
 
 // applyAuth writes in into c: nil removes authentication. A credential is required in Configure

@@ -618,7 +618,7 @@ func (u *UI) setServerEnabled(enabled bool) func(*gin.Context, *session) {
 			return
 		}
 		ctx := c.Request.Context()
-		if _, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, remote.PatchInput{Enabled: &enabled}); err != nil {
+		if _, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, remote.PatchInput{Enabled: &enabled, By: s.p.KeyID}); err != nil {
 			status, msg := u.remoteProblem(ctx, err)
 			u.fail(c, s, status, msg, err)
 			return
@@ -646,7 +646,7 @@ func (u *UI) saveSettings(c *gin.Context, s *session) {
 	}
 	approval := c.PostForm("requires_approval") == "on"
 	ctx := c.Request.Context()
-	in := remote.PatchInput{DataClassSet: true, DataClass: class, RequiresApproval: &approval}
+	in := remote.PatchInput{DataClassSet: true, DataClass: class, RequiresApproval: &approval, By: s.p.KeyID}
 	if _, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, in); err != nil {
 		status, msg := u.remoteProblem(ctx, err)
 		u.fail(c, s, status, msg, err)
