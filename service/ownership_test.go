@@ -338,6 +338,23 @@ func echoRegistration(module, endpoint string) map[string]any {
 	return body
 }
 
+// registerEnabledEcho registers module at endpoint with the module key (echoRegistration), declares it
+// internal with requiresApproval, and enables its echo tool with the operator key.
+func (h *harness) registerEnabledEcho(module, endpoint string, requiresApproval bool) (string, fullSkill) {
+	h.T.Helper()
+	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration(module, endpoint))
+	if r.status != http.StatusCreated {
+		h.T.Fatalf("register: %d %s", r.status, r.body)
+	}
+	id := r.json(h.T)["server_id"].(string)
+	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": requiresApproval})
+	echo := h.fullSkills(id)["echo"]
+	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
+		h.T.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	return id, echo
+}
+
 // The attack of issue 10's review: an unbound module key is a tenant-wide module credential, so module
 // key B can re-register module A's self-registered server. Moving its endpoint to B's server must not
 // move the administrator's calls there: the move disables the server's enabled tools, the
@@ -347,16 +364,7 @@ func echoRegistration(module, endpoint string) map[string]any {
 func TestEndpointMoveByModuleKeyDisablesTools(t *testing.T) {
 	h := newHarness(t, withGateway(5*time.Second, 2))
 	legit, attacker := mcptest.Modern(t), mcptest.Modern(t)
-	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("weather", legit.URL))
-	if r.status != http.StatusCreated {
-		t.Fatalf("register: %d %s", r.status, r.body)
-	}
-	id := r.json(t)["server_id"].(string)
-	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": false})
-	echo := h.fullSkills(id)["echo"]
-	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
-		t.Fatalf("enable: %d %s", r.status, r.body)
-	}
+	id, echo := h.registerEnabledEcho("weather", legit.URL, false)
 	if c := h.mustCall(callBody("run-1", echo.SkillID, map[string]any{"text": "one"})); c.State != "succeeded" || len(legit.Received()) == 0 {
 		t.Fatalf("the call before the move: %+v", c)
 	}
@@ -655,16 +663,7 @@ func TestParallelRegistrationsOverTheLimitDoNotFailOtherTenants(t *testing.T) {
 func TestEndpointMoveOfAnOrphanedToolDisablesIt(t *testing.T) {
 	h := newHarness(t, withGateway(5*time.Second, 2))
 	legit, attacker := mcptest.Modern(t), mcptest.Modern(t)
-	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("modx", legit.URL))
-	if r.status != http.StatusCreated {
-		t.Fatalf("register: %d %s", r.status, r.body)
-	}
-	id := r.json(t)["server_id"].(string)
-	h.patch(id, map[string]any{"data_class": "internal", "requires_approval": true})
-	echo := h.fullSkills(id)["echo"]
-	if r := h.do("POST", "/v1/mcp/skills/"+echo.SkillID+"/enable", h.operatorKey(), nil); r.status != http.StatusOK {
-		t.Fatalf("enable: %d %s", r.status, r.body)
-	}
+	id, echo := h.registerEnabledEcho("modx", legit.URL, true)
 	parked := h.postCall(callBody("run-b", echo.SkillID, map[string]any{"text": "parked"}))
 	if parked.status != http.StatusAccepted {
 		t.Fatalf("parked call: %d %s", parked.status, parked.body)
@@ -700,7 +699,7 @@ func TestEndpointMoveOfAnOrphanedToolDisablesIt(t *testing.T) {
 	h.patch(id, map[string]any{"requires_approval": false})
 	wantProblem(t, h.postCall(callBody("run-b", echo.SkillID, map[string]any{"text": "secret"})), http.StatusConflict, "skill_disabled")
 	// The call parked before the move, approved after it by another administrator: refused, not sent.
-	r = h.callDecision(p.CallID, "approve")
+	r := h.callDecision(p.CallID, "approve")
 	if a := decodeCall(t, r); r.status != http.StatusOK || a.State != "failed" || a.outcome() != "skill_disabled" {
 		t.Fatalf("the parked call approved after the move: %d %s", r.status, r.body)
 	}
