@@ -127,23 +127,21 @@ func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*
 	if cfg.WatchdogInterval <= 0 {
 		cfg.WatchdogInterval = time.Second
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: etcd client: %w", err)
-	}
-	n := &Node{cfg: cfg, log: cfg.Log.With("component", "cluster", "node", cfg.Addr), handler: handler, apply: apply, etcd: cli,
+	n := &Node{cfg: cfg, log: cfg.Log.With("component", "cluster", "node", cfg.Addr), handler: handler, apply: apply,
 		slots: make(chan struct{}, maxInFlight), kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	c, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = cli.Get(c, etcdBaseKey+"/"+cfg.Name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		_ = cli.Close()
-		return nil, fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Etcd, err)
+	if err := checkEtcd(ctx, cfg); err != nil {
+		return nil, err
 	}
 	m, err := n.startMember()
 	if err != nil {
-		_ = cli.Close()
 		return nil, err
+	}
+	// The watchdog's client is made only now: protoactor's remote start replaces gRPC's global logger,
+	// which races with any gRPC connection already logging (one made before it, like this one).
+	n.etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	if err != nil {
+		m.c.Shutdown(true)
+		return nil, fmt.Errorf("cluster: etcd client: %w", err)
 	}
 	n.mu.Lock()
 	n.member, n.selfIn = m, true
@@ -165,6 +163,21 @@ func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*
 	}
 }
 
+// checkEtcd fails unless etcd answers within 5 s; its client is closed before it returns (see Start).
+func checkEtcd(ctx context.Context, cfg Config) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	if err != nil {
+		return fmt.Errorf("cluster: etcd client: %w", err)
+	}
+	defer cli.Close()
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Get(c, etcdBaseKey+"/"+cfg.Name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Etcd, err)
+	}
+	return nil
+}
+
 // startMember starts a new incarnation in protoactor's cluster: a fresh actor system (a fresh member
 // id, so the others do not hold a block on it), remote on cfg.Addr, the router and the etcd provider.
 func (n *Node) startMember() (m *member, err error) {
@@ -181,10 +194,7 @@ func (n *Node) startMember() (m *member, err error) {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
 		actor.WithDeadLetterRequestLogging(false),
 	)
-	provider, err := etcd.NewWithConfig(etcdBaseKey, clientv3.Config{Endpoints: n.cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: etcd provider: %w", err)
-	}
+	provider := &lazyProvider{cfg: clientv3.Config{Endpoints: n.cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()}}
 	c := pcluster.New(system, pcluster.Configure(n.cfg.Name, provider, disthash.New(), remote.Configure(host, port)))
 	m = &member{system: system, c: c, key: fmt.Sprintf("%s/%s/%s@%s", etcdBaseKey, n.cfg.Name, n.cfg.Name, system.ID)}
 	system.EventStream.Subscribe(func(ev any) {
@@ -512,6 +522,33 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	n.log.Info("left the cluster")
 	return errors.Join(errs...)
+}
+
+// lazyProvider is protoactor's etcd provider, made (with its etcd client) only when the cluster starts
+// the member, after the remote started: see Start on gRPC's global logger.
+type lazyProvider struct {
+	cfg clientv3.Config
+	p   *etcd.Provider
+}
+
+func (l *lazyProvider) StartMember(c *pcluster.Cluster) error {
+	p, err := etcd.NewWithConfig(etcdBaseKey, l.cfg)
+	if err != nil {
+		return fmt.Errorf("cluster: etcd provider: %w", err)
+	}
+	l.p = p
+	return p.StartMember(c)
+}
+
+func (l *lazyProvider) StartClient(*pcluster.Cluster) error {
+	return errors.New("cluster: a node is always a member")
+}
+
+func (l *lazyProvider) Shutdown(graceful bool) error {
+	if l.p == nil {
+		return nil
+	}
+	return l.p.Shutdown(graceful)
 }
 
 // nopZap silences the etcd client's own logger (zap); the node logs what matters through slog.
