@@ -22,6 +22,17 @@ type chaosFleet interface {
 	CrashAlerts()
 }
 
+// unwrapFleet returns the innermost Fleet under f's wrappers.
+func unwrapFleet(f Fleet) Fleet {
+	for {
+		w, ok := f.(FleetWrapper)
+		if !ok {
+			return f
+		}
+		f = w.Unwrap()
+	}
+}
+
 // ChaosCrashBody is the body of POST /chaos/crash.
 type ChaosCrashBody struct {
 	// Target is the actor to kill: "server", "writer", "stamper" or "alerts".
@@ -48,7 +59,7 @@ func (s *Server) chaosCrash(c *gin.Context) error {
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
 	}
-	f, ok := s.fleet.(chaosFleet)
+	f, ok := unwrapFleet(s.fleet).(chaosFleet)
 	if !ok {
 		return problem(http.StatusNotImplemented, "not_implemented", "this fleet has no chaos hooks")
 	}

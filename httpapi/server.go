@@ -29,6 +29,14 @@ type Fleet interface {
 	Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error)
 }
 
+// FleetWrapper is a Fleet that decorates another (the service wraps the fleet to signal the MCP endpoint
+// of registrations). Unwrap returns the decorated Fleet, so the optional hooks of the one underneath (the
+// chaos hooks) stay reachable through any number of wrappers.
+type FleetWrapper interface {
+	Fleet
+	Unwrap() Fleet
+}
+
 // Store is what the API reads from PostgreSQL.
 type Store interface {
 	keyLookup

@@ -143,3 +143,21 @@ loop:
 		t.Fatal("nothing was acknowledged: the test proved nothing")
 	}
 }
+
+// The chaos endpoint reaches the actor system's hooks through the fleet the API is given, whatever
+// wraps it (the service wraps the fleet to tell the MCP endpoint of registrations): a wrapper that hid
+// the hooks made every POST /chaos/crash answer 501 and the out-of-process chaos suite fail.
+func TestChaosEndpointReachesTheHooks(t *testing.T) {
+	h := newHarness(t)
+	id := h.register("calendar", "list_events")
+	for _, body := range []map[string]any{
+		{"target": "server", "server_id": id},
+		{"target": "server", "server_id": id, "mode": "stop"},
+		{"target": "stamper"},
+	} {
+		if r := h.do(http.MethodPost, "/chaos/crash", h.adminKey(), body); r.status != http.StatusAccepted {
+			t.Fatalf("POST /chaos/crash %v: %d %s", body, r.status, r.body)
+		}
+		waitFor(t, "the killed actor to answer again", 5*time.Second, func() bool { return h.heartbeat(id).status == 200 })
+	}
+}

@@ -135,6 +135,9 @@ type registrationSignals struct {
 	mcp *mcpendpoint.Endpoint
 }
 
+// Unwrap implements httpapi.FleetWrapper: the chaos hooks of the fleet underneath stay reachable.
+func (r registrationSignals) Unwrap() httpapi.Fleet { return r.Fleet }
+
 // Register implements httpapi.Fleet.
 func (r registrationSignals) Register(ctx context.Context, req actors.RegisterRequest) (actors.RegisterResult, error) {
 	res, err := r.Fleet.Register(ctx, req)
