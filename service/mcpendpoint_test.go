@@ -420,7 +420,15 @@ func TestMCPEndpointStreamLimit(t *testing.T) {
 		status, _, m := h.rawMCP(h.adminKey(), ping, "Mcp-Protocol-Version", modernMCP)
 		e, _ := m["error"].(map[string]any)
 		data, _ := e["data"].(map[string]any)
-		return status == http.StatusTooManyRequests && data["type"] == "mcp_streams_per_key"
+		if status == http.StatusTooManyRequests && data["type"] == "mcp_streams_per_key" {
+			return true
+		}
+		// Nothing holds the key's one slot: the client's subscriptions/listen can arrive while the
+		// connecting request still holds the slot (it is released when that handler returns, after its
+		// answer was sent) and is then refused for good (MaxRetries -1). Connect again; the refusal
+		// above must still follow from a stream that is open.
+		_, _ = h.connectMCP(h.adminKey(), modernMCP)
+		return false
 	})
 	k2, err := h.Admin.CreateAPIKey(context.Background(), h.Tenant, persistence.RoleAdmin)
 	if err != nil {
