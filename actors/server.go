@@ -270,6 +270,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 // has answered.
 func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time, hb trace.Span) {
 	rec := a.rec
+	a.heldEvidence()
 	setServerAttrs(hb, rec.tenantID, rec.id, rec.key.moduleName)
 	if hb.IsRecording() {
 		hb.SetAttributes(statusAttr[rec.row.Status])
@@ -302,6 +303,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		endSpan(span, err)
 		defer endSpan(hb, err)
+		a.heldEvidence()
 		if err != nil {
 			rec.life.Failed(t)
 			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
@@ -444,6 +446,16 @@ func (a *serverActor) applyTransition(t *lifecycle.Transition, cmd *persistence.
 // judge the server on older evidence (lifecycle.Server.Evidence).
 func (a *serverActor) arrivedEvidence(now time.Time) {
 	a.rec.life.Evidence(now, a.deps.stall.Total())
+}
+
+// heldEvidence counts evidence the actor holds — a heartbeat or round trip that arrived and is not yet
+// answered — as evidence again now, when it is acted on or answered. Until its answer a closed-loop
+// module cannot send its next heartbeat, so the time the service held the request (stashed behind a
+// slow write, or waiting on its own recovery's write during a database outage) is the service's stall,
+// not the module's silence: without this, a module that kept heartbeating through an outage would be
+// judged on the arrival of a heartbeat the service sat on for longer than 3H.
+func (a *serverActor) heldEvidence() {
+	a.rec.life.Evidence(a.deps.clock.Now(), a.deps.stall.Total())
 }
 
 // adopt takes a committed registration or configuration as the server's state: registered, its row, fresh

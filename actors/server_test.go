@@ -485,3 +485,72 @@ func TestStopIsIdempotent(t *testing.T) {
 		t.Errorf("stop again: %v", err)
 	}
 }
+
+// TestHeldEvidenceIsNotSilence: a heartbeat the service holds — stashed behind a slow write, or waiting
+// on its own recovery's write — counts as evidence until it is answered. A closed-loop module cannot
+// send its next heartbeat before the answer, so judging it on the arrival of a heartbeat held for more
+// than 3H (a database outage with a long write timeout) would declare a live module unhealthy.
+func TestHeldEvidenceIsNotSilence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold health.Status // the transition whose write is slow and then fails
+		prep func(h *harness)
+	}{
+		// The heartbeat waits in the stash behind a monitor transition that is being written.
+		{"stashed behind a transition", health.Degraded, func(*harness) {}},
+		// The heartbeat's own recovery is being written.
+		{"own recovery in flight", health.Healthy, func(h *harness) {
+			h.clock.Advance(2 * testH)
+			h.monitor()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			id := h.register("a")
+			tc.prep(h)
+			started, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			h.store.setHook(func(c persistence.Command) error {
+				if tr, ok := c.(*persistence.TransitionCmd); ok && tr.To == tc.hold {
+					failed := false
+					once.Do(func() { close(started); <-release; failed = true })
+					if failed {
+						return errLost // the database was away for the whole write
+					}
+				}
+				return nil
+			})
+			round := make(chan struct{})
+			var reply func() *heartbeatReply
+			if tc.hold == health.Degraded {
+				h.clock.Advance(2 * testH)
+				go func() { h.monitor(); close(round) }()
+				<-started
+				reply = h.sendHeartbeat(id)
+			} else {
+				close(round)
+				reply = h.sendHeartbeat(id)
+				<-started
+			}
+			h.barrier(id)              // the heartbeat is held
+			h.clock.Advance(4 * testH) // held for longer than 3H
+			h.fleet.system.Root.Send(h.fleet.fleet, &monitorTick{})
+			for range 2 { // the fleet handled the tick and its chunk: the check is in the server's mailbox
+				if _, err := h.fleet.ask(context.Background(), h.fleet.fleet, &lookupMsg{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.barrier(id) // the check is in the stash
+			close(release)
+			<-round
+			reply()
+			h.barrier(id)
+			h.monitor() // the checks after the answer judge the silence since the answer: none
+			for _, st := range h.statuses(id) {
+				if st == health.Unhealthy {
+					t.Fatalf("transitions %v: unhealthy while the service held the module's heartbeat", h.statuses(id))
+				}
+			}
+		})
+	}
+}

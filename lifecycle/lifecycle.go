@@ -168,8 +168,9 @@ func (s *Server) Adopt(status health.Status, now time.Time, stall time.Duration)
 }
 
 // Evidence records liveness evidence taken at now, with the monitor's stall at that moment. It counts
-// from the moment it arrives, even if acting on it (Recover) waits behind a write in flight. Evidence
-// older than what the server holds is ignored; a deregistered server takes none.
+// from the moment it arrives, even if acting on it (Recover) waits behind a write in flight, and the
+// shell records it again when it acts on it and when it answers: evidence the service holds is not the
+// module's silence. Evidence older than what the server holds is ignored; a deregistered server takes none.
 func (s *Server) Evidence(now time.Time, stall time.Duration) {
 	if s.status != health.Deregistered {
 		s.note(now, stall)
