@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcpfleet/mcpfleet/config"
 )
 
 // ErrModuleRunning is returned by Module.Run when another Run of the same
@@ -16,8 +18,9 @@ import (
 var ErrModuleRunning = errors.New("module is already running")
 
 // DefaultHeartbeatInterval is used when the service's registration answer
-// carries no interval and ModuleOptions.Interval is zero.
-const DefaultHeartbeatInterval = 10 * time.Second
+// carries no interval and ModuleOptions.Interval is zero: the service's own
+// default H (config.DefaultHeartbeatInterval), stated once.
+const DefaultHeartbeatInterval = config.DefaultHeartbeatInterval
 
 // ModuleOptions tunes a Module. The zero value is ready to use.
 type ModuleOptions struct {
