@@ -84,48 +84,11 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer logFile.Close()
-	var others []*service.Service // the other nodes of a demo cluster
-	if *nodes > 1 {
-		stopEtcd, err := startDemoEtcd(ctx, dir, logFile)
-		if err != nil {
-			return err
-		}
-		defer stopEtcd()
-		_, portS, _ := net.SplitHostPort(cfg.HTTPAddr)
-		var httpPort int
-		if _, err := fmt.Sscan(portS, &httpPort); err != nil || httpPort == 0 {
-			return usageError{fmt.Sprintf("demo --nodes: --http-addr %q needs a fixed port (the other nodes take the next ones)", cfg.HTTPAddr)}
-		}
-		base := cfg
-		cfg = demoNodeConfig(base, 0, httpPort)
-		for i := 1; i < *nodes; i++ {
-			s, err := service.Start(ctx, demoNodeConfig(base, i, httpPort), service.Options{LogOutput: logFile})
-			if err != nil {
-				return fmt.Errorf("demo: node %d: %w", i+1, err)
-			}
-			others = append(others, s)
-		}
-	}
-	defer func() {
-		for _, s := range others {
-			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-			if err := s.Close(c); err != nil {
-				fmt.Fprintln(stderr, "demo: shutdown:", err)
-			}
-			cancel()
-		}
-	}()
-	svc, err := service.Start(ctx, cfg, service.Options{LogOutput: logFile})
+	svc, others, stopNodes, err := startDemoNodes(ctx, &cfg, *nodes, dir, logFile, stderr)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-		defer cancel()
-		if err := svc.Close(c); err != nil {
-			fmt.Fprintln(stderr, "demo: shutdown:", err)
-		}
-	}()
+	defer stopNodes()
 
 	servers, err := demo.StartServers(ctx, demo.Options{})
 	if err != nil {
@@ -157,6 +120,60 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		return nil
 	}
 	return err
+}
+
+// startDemoNodes starts the demo's service: one node, or with nodes > 1 a private etcd and a cluster of
+// nodes on the HTTP ports after cfg's (cfg becomes the first node's configuration). stop closes every
+// node and then etcd; on an error nothing started is left running.
+func startDemoNodes(ctx context.Context, cfg *service.Config, nodes int, dir string, logFile io.Writer, stderr io.Writer) (svc *service.Service, others []*service.Service, stop func(), err error) {
+	var stops []func() // run in reverse order
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	closeNode := func(s *service.Service) func() {
+		return func() {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			defer cancel()
+			if err := s.Close(c); err != nil {
+				fmt.Fprintln(stderr, "demo: shutdown:", err)
+			}
+		}
+	}
+	if nodes > 1 {
+		stopEtcd, err := startDemoEtcd(ctx, dir, logFile)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		stops = append(stops, stopEtcd)
+		_, portS, _ := net.SplitHostPort(cfg.HTTPAddr)
+		var httpPort int
+		if _, err := fmt.Sscan(portS, &httpPort); err != nil || httpPort == 0 {
+			return nil, nil, nil, usageError{fmt.Sprintf("demo --nodes: --http-addr %q needs a fixed port (the other nodes take the next ones)", cfg.HTTPAddr)}
+		}
+		base := *cfg
+		*cfg = demoNodeConfig(base, 0, httpPort)
+		for i := 1; i < nodes; i++ {
+			s, err := service.Start(ctx, demoNodeConfig(base, i, httpPort), service.Options{LogOutput: logFile})
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("demo: node %d: %w", i+1, err)
+			}
+			others = append(others, s)
+			stops = append(stops, closeNode(s))
+		}
+	}
+	svc, err = service.Start(ctx, *cfg, service.Options{LogOutput: logFile})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stops = append(stops, closeNode(svc))
+	return svc, others, stop, nil
 }
 
 // freshDemoDatabase recreates the demo database on pg (so the demo starts from nothing), migrates it,
