@@ -156,23 +156,15 @@ func recOpt(kv ...attribute.KeyValue) []metric.RecordOption {
 // requests are recorded under http_route="_overflow" alone.
 const MaxHTTPSeries = 1024
 
-// NewMetrics creates the instruments on the meter "github.com/mcpfleet/mcpfleet" of public, whose
-// series carry no tenant data and have closed label sets, and of private (nil: none), whose
-// per-server series name tenants and their servers. Prometheus names (with the exporter's suffixes)
-// are in docs/telemetry.md.
-func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
-	meter := public.Meter("github.com/mcpfleet/mcpfleet")
-	m := &Metrics{hbRejected: map[string][]metric.AddOption{}, transOpts: map[[2]health.Status][]metric.AddOption{},
-		writerOpts: map[string][]metric.RecordOption{}, flushOpts: map[[2]string][]metric.RecordOption{},
-		httpOpts: map[httpKey][]metric.RecordOption{}, mcpOpts: map[[2]string][]metric.RecordOption{},
-		httpOverflow: recOpt(attribute.String("http.route", "_overflow")), meter: meter}
+// instruments creates every instrument of m on meter (and the per-server one on private, if any) and
+// returns the two gauges the observation callback reports.
+func (m *Metrics) instruments(meter metric.Meter, private metric.MeterProvider) (servers, backlog metric.Int64ObservableGauge, err error) {
 	var errs []error
 	check := func(err error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	var err error
 	m.heartbeats, err = meter.Int64Counter("mcpfleet.heartbeats",
 		metric.WithDescription("Heartbeats answered, by outcome (accepted, rejected) and, for rejections, reason."))
 	check(err)
@@ -214,16 +206,22 @@ func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
 			metric.WithExplicitBucketBoundaries(mcpBuckets...))
 		check(err)
 	}
-	servers, err := meter.Int64ObservableGauge("mcpfleet.servers",
+	servers, err = meter.Int64ObservableGauge("mcpfleet.servers",
 		metric.WithDescription("Registered servers by status, as the fleet holds them (committed state)."))
 	check(err)
-	backlog, err := meter.Int64ObservableGauge("mcpfleet.writer.backlog",
+	backlog, err = meter.Int64ObservableGauge("mcpfleet.writer.backlog",
 		metric.WithDescription("Work waiting for the next flush: queued durable requests (writer=commands), servers with an unwritten heartbeat stamp (writer=stamps)."))
 	check(err)
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("metrics: %v", errs)
+		return nil, nil, fmt.Errorf("metrics: %v", errs)
 	}
+	return servers, backlog, nil
 
+}
+
+// precompute builds every attribute option set once, so recording allocates nothing; it returns the
+// observation options of the servers and backlog gauges.
+func (m *Metrics) precompute() (statusOpts, backlogOpts [][]metric.ObserveOption) {
 	m.hbAccepted = addOpt(attribute.String("outcome", "accepted"))
 	for _, r := range rejectReasons {
 		m.hbRejected[r] = addOpt(attribute.String("outcome", "rejected"), attribute.String("reason", r))
@@ -233,12 +231,12 @@ func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
 			m.transOpts[[2]health.Status{from, to}] = addOpt(attribute.String("from", string(from)), attribute.String("to", string(to)))
 		}
 	}
-	statusOpts := make([][]metric.ObserveOption, len(health.Statuses()))
+	statusOpts = make([][]metric.ObserveOption, len(health.Statuses()))
 	for i, st := range health.Statuses() {
 		statusOpts[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("status", string(st))))}
 	}
 	writers := []string{WriterCommands, WriterStamps}
-	backlogOpts := make([][]metric.ObserveOption, len(writers))
+	backlogOpts = make([][]metric.ObserveOption, len(writers))
 	for i, w := range writers {
 		m.writerOpts[w] = recOpt(attribute.String("writer", w))
 		for _, o := range []string{"ok", "error"} {
@@ -253,6 +251,24 @@ func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
 	}
 	m.alertOK = addOpt(attribute.String("outcome", "delivered"))
 	m.alertFailed = addOpt(attribute.String("outcome", "failed"))
+	return statusOpts, backlogOpts
+}
+
+// NewMetrics creates the instruments on the meter "github.com/mcpfleet/mcpfleet" of public, whose
+// series carry no tenant data and have closed label sets, and of private (nil: none), whose
+// per-server series name tenants and their servers. Prometheus names (with the exporter's suffixes)
+// are in docs/telemetry.md.
+func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
+	meter := public.Meter("github.com/mcpfleet/mcpfleet")
+	m := &Metrics{hbRejected: map[string][]metric.AddOption{}, transOpts: map[[2]health.Status][]metric.AddOption{},
+		writerOpts: map[string][]metric.RecordOption{}, flushOpts: map[[2]string][]metric.RecordOption{},
+		httpOpts: map[httpKey][]metric.RecordOption{}, mcpOpts: map[[2]string][]metric.RecordOption{},
+		httpOverflow: recOpt(attribute.String("http.route", "_overflow")), meter: meter}
+	servers, backlog, err := m.instruments(meter, private)
+	if err != nil {
+		return nil, err
+	}
+	statusOpts, backlogOpts := m.precompute()
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for i := range m.servers {
 			o.ObserveInt64(servers, m.servers[i].Load(), statusOpts[i]...)
