@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -165,98 +166,105 @@ func (n *normalizer) schema(v any, path string, depth int) (map[string]any, erro
 		return nil, &Error{Path: path, Problem: "a schema must be a JSON object"}
 	}
 	out := map[string]any{}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		val := m[k]
-		switch {
-		case k == "type":
-			t, err := normType(val, path)
-			if err != nil {
-				return nil, err
-			}
-			out["type"] = t
-		case k == "properties":
-			props, ok := val.(map[string]any)
-			if !ok {
-				return nil, &Error{Keyword: k, Path: path, Problem: `keyword "properties" must be an object`}
-			}
-			n.props += len(props)
-			if n.props > MaxProperties {
-				return nil, &Error{Keyword: k, Path: path, Problem: fmt.Sprintf("schema declares more than %d properties", MaxProperties)}
-			}
-			names := make([]string, 0, len(props))
-			for name := range props {
-				names = append(names, name)
-			}
-			slices.Sort(names)
-			outProps := make(map[string]any, len(props))
-			for _, name := range names {
-				sub, err := n.schema(props[name], path+"/properties/"+pointerEscape(name), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				outProps[name] = sub
-			}
-			if len(outProps) > 0 {
-				out["properties"] = outProps
-			}
-		case k == "required":
-			req, err := normRequired(val, path)
-			if err != nil {
-				return nil, err
-			}
-			if len(req) > 0 {
-				out["required"] = req
-			}
-		case k == "additionalProperties":
-			switch ap := val.(type) {
-			case bool:
-				if !ap {
-					out["additionalProperties"] = false
-				}
-			case map[string]any:
-				if len(ap) != 0 {
-					return nil, &Error{Keyword: k, Path: path, Problem: `keyword "additionalProperties" with a schema is not supported (only false)`}
-				}
-			default:
-				return nil, &Error{Keyword: k, Path: path, Problem: `keyword "additionalProperties" must be a boolean`}
-			}
-		case k == "items":
-			if _, isList := val.([]any); isList {
-				return nil, &Error{Keyword: k, Path: path, Problem: `keyword "items" as an array (tuple validation) is not supported`}
-			}
-			sub, err := n.schema(val, path+"/items", depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if len(sub) > 0 {
-				out["items"] = sub
-			}
-		case k == "enum":
-			list, ok := val.([]any)
-			if !ok || len(list) == 0 {
-				return nil, &Error{Keyword: k, Path: path, Problem: `keyword "enum" must be a non-empty array`}
-			}
-			out["enum"] = list
-		case k == "description":
-			d, ok := val.(string)
-			if !ok {
-				return nil, &Error{Keyword: k, Path: path, Problem: `keyword "description" must be a string`}
-			}
-			out["description"] = d
-		case annotations[k], strings.HasPrefix(k, "x-"):
-			// Dropped.
-		case refused[k]:
-			return nil, &Error{Keyword: k, Path: path, Problem: fmt.Sprintf("keyword %q is not supported", k)}
-		default:
-			return nil, &Error{Keyword: k, Path: path, Problem: fmt.Sprintf("unknown keyword %q is not supported", k)}
+	for _, k := range slices.Sorted(maps.Keys(m)) { // the first error found is the same on every run
+		if err := n.keyword(out, k, m[k], path, depth); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// keyword normalises one keyword k of the schema at path into out, or refuses it.
+func (n *normalizer) keyword(out map[string]any, k string, val any, path string, depth int) error {
+	switch {
+	case k == "type":
+		t, err := normType(val, path)
+		if err != nil {
+			return err
+		}
+		out["type"] = t
+	case k == "properties":
+		props, err := n.properties(val, path, depth)
+		if err != nil {
+			return err
+		}
+		if len(props) > 0 {
+			out["properties"] = props
+		}
+	case k == "required":
+		req, err := normRequired(val, path)
+		if err != nil {
+			return err
+		}
+		if len(req) > 0 {
+			out["required"] = req
+		}
+	case k == "additionalProperties":
+		switch ap := val.(type) {
+		case bool:
+			if !ap {
+				out["additionalProperties"] = false
+			}
+		case map[string]any:
+			if len(ap) != 0 {
+				return &Error{Keyword: k, Path: path, Problem: `keyword "additionalProperties" with a schema is not supported (only false)`}
+			}
+		default:
+			return &Error{Keyword: k, Path: path, Problem: `keyword "additionalProperties" must be a boolean`}
+		}
+	case k == "items":
+		if _, isList := val.([]any); isList {
+			return &Error{Keyword: k, Path: path, Problem: `keyword "items" as an array (tuple validation) is not supported`}
+		}
+		sub, err := n.schema(val, path+"/items", depth+1)
+		if err != nil {
+			return err
+		}
+		if len(sub) > 0 {
+			out["items"] = sub
+		}
+	case k == "enum":
+		list, ok := val.([]any)
+		if !ok || len(list) == 0 {
+			return &Error{Keyword: k, Path: path, Problem: `keyword "enum" must be a non-empty array`}
+		}
+		out["enum"] = list
+	case k == "description":
+		d, ok := val.(string)
+		if !ok {
+			return &Error{Keyword: k, Path: path, Problem: `keyword "description" must be a string`}
+		}
+		out["description"] = d
+	case annotations[k], strings.HasPrefix(k, "x-"):
+		// Dropped.
+	case refused[k]:
+		return &Error{Keyword: k, Path: path, Problem: fmt.Sprintf("keyword %q is not supported", k)}
+	default:
+		return &Error{Keyword: k, Path: path, Problem: fmt.Sprintf("unknown keyword %q is not supported", k)}
+	}
+	return nil
+}
+
+// properties normalises the "properties" keyword of the schema at path: each property's schema, in
+// name order, counted against MaxProperties.
+func (n *normalizer) properties(val any, path string, depth int) (map[string]any, error) {
+	props, ok := val.(map[string]any)
+	if !ok {
+		return nil, &Error{Keyword: "properties", Path: path, Problem: `keyword "properties" must be an object`}
+	}
+	n.props += len(props)
+	if n.props > MaxProperties {
+		return nil, &Error{Keyword: "properties", Path: path, Problem: fmt.Sprintf("schema declares more than %d properties", MaxProperties)}
+	}
+	outProps := make(map[string]any, len(props))
+	for _, name := range slices.Sorted(maps.Keys(props)) {
+		sub, err := n.schema(props[name], path+"/properties/"+pointerEscape(name), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		outProps[name] = sub
+	}
+	return outProps, nil
 }
 
 // normType returns the type keyword as a name, or as a list of two or more
