@@ -342,7 +342,11 @@ func (c *RegisterCmd) Read(br pgx.BatchResults) error {
 
 // TransitionCmd persists one status transition of a server with its audit event and, for a transition
 // to unhealthy, its alert outbox row — in one transaction. It is idempotent by EventID: applied twice,
-// the second application changes nothing.
+// the second application changes nothing. The audit chain is kept by the row, not by the decider: the
+// event's from_status (and the alert's "from") is the status the row has when it commits, whatever From
+// says — a decider whose earlier commit answer was lost (its actor killed) may not know that commit
+// landed — and a transition to the status the row already has is no transition: nothing is written and
+// Applied is false.
 type TransitionCmd struct {
 	EventID    uuid.UUID
 	TenantID   uuid.UUID
@@ -378,9 +382,12 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 			LastEvidenceAt: c.LastEvidence.UTC(), OccurredAt: c.At.UTC(), TraceID: c.TraceID, FlapCount: c.FlapCount,
 		})
 	}
-	b.Queue(`WITH audit AS (
+	b.Queue(`WITH cur AS (
+			SELECT status FROM mcp_servers WHERE server_id = $4
+		), audit AS (
 			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), nullif($9, ''), $10)
+			SELECT $1, $2, $3, $4, $5, $6, $7, coalesce((SELECT status FROM cur), nullif($8, '')), nullif($9, ''), $10
+			WHERE NOT EXISTS (SELECT 1 FROM cur WHERE status = $7)
 			ON CONFLICT (event_id) DO NOTHING RETURNING event_id
 		), up AS (
 			UPDATE mcp_servers SET status = $7,
@@ -390,7 +397,7 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 			RETURNING server_id
 		), outbox AS (
 			INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
-			SELECT $1, $2, $4, $12::jsonb->>'kind', $12::jsonb, nullif($9, ''), $10, $10
+			SELECT $1, $2, $4, $12::jsonb->>'kind', jsonb_set($12::jsonb, '{from}', to_jsonb(coalesce((SELECT status FROM cur), nullif($8, '')))), nullif($9, ''), $10, $10
 			WHERE $12::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM audit)
 			ON CONFLICT (event_id) DO NOTHING
 		)

@@ -369,3 +369,38 @@ func TestFencedWritesNameTheirFence(t *testing.T) {
 		t.Fatalf("%d rows recorded (%v), want 2", seen, rows.Err())
 	}
 }
+
+// The audit chain follows the row: a transition decided from a status that is no longer the row's (a
+// commit whose answer was lost to a killed actor) is recorded from the row's status, alert included;
+// a transition to the status the row already has writes nothing and is not Applied.
+func TestTransitionFromIsTheRowsStatus(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	srv := d.server(d.tenant, "m", health.Degraded, 0) // the degraded commit landed; its decider did not hear
+	fence := d.claim(srv, "n")
+	cmd := d.unhealthyCmd(srv) // decided as healthy → unhealthy
+	if errs := d.store.Commit(ctx, []persistence.Command{persistence.WithFence(cmd, fence)}); errs[0] != nil || !cmd.Applied {
+		t.Fatalf("transition: %v applied=%v", errs[0], cmd.Applied)
+	}
+	var from, alertFrom string
+	if err := d.owner.QueryRow(ctx, `SELECT from_status FROM audit_events WHERE event_id = $1`, cmd.EventID).Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.owner.QueryRow(ctx, `SELECT payload->>'from' FROM alert_outbox WHERE event_id = $1`, cmd.EventID).Scan(&alertFrom); err != nil {
+		t.Fatal(err)
+	}
+	if from != "degraded" || alertFrom != "degraded" {
+		t.Fatalf("recorded from %q, alert from %q; want the row's status degraded", from, alertFrom)
+	}
+	audits := d.count(`SELECT count(*) FROM audit_events`)
+	again := d.unhealthyCmd(srv) // a new decision to the status the row has
+	if errs := d.store.Commit(ctx, []persistence.Command{persistence.WithFence(again, fence)}); errs[0] != nil || again.Applied {
+		t.Fatalf("transition to the row's own status: %v applied=%v", errs[0], again.Applied)
+	}
+	if n := d.count(`SELECT count(*) FROM audit_events`); n != audits {
+		t.Fatalf("%d audit events after a transition to the row's own status, want %d", n, audits)
+	}
+	if n := d.count(`SELECT count(*) FROM alert_outbox WHERE event_id = $1`, again.EventID); n != 0 {
+		t.Fatal("an outbox row for a transition that did not happen")
+	}
+}
