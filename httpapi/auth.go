@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpfleet/mcpfleet/config"
+	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/lru"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
@@ -77,7 +78,7 @@ type authenticator struct {
 	lookup     keyLookup
 	posTTL     time.Duration
 	negTTL     time.Duration
-	now        func() time.Time
+	clock      health.Clock
 	perAddress int
 	lookupWait time.Duration
 
@@ -117,7 +118,7 @@ type flight struct {
 
 func newAuthenticator(lookup keyLookup, cfg AuthConfig) *authenticator {
 	cfg = cfg.withDefaults()
-	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, now: time.Now,
+	return &authenticator{lookup: lookup, posTTL: 30 * time.Second, negTTL: 5 * time.Second, clock: health.RealClock{},
 		perAddress: cfg.LookupsPerAddress, lookupWait: cfg.LookupWait,
 		known:     lru.New[[32]byte, knownKey](cfg.KeyCacheSize),
 		unknown:   lru.New[[32]byte, time.Time](max(cfg.KeyCacheSize/8, 1024)),
@@ -145,7 +146,7 @@ func (a *authenticator) authenticate(r *http.Request) (persistence.Principal, er
 	addr := clientAddress(r)
 	ctx := r.Context()
 	for {
-		now := a.now()
+		now := a.clock.Now()
 		a.mu.Lock()
 		k, isKnown := a.known.Get(hk)
 		if isKnown && !now.After(k.expires) {
@@ -202,14 +203,14 @@ func (a *authenticator) lookUp(ctx context.Context, hk [32]byte, addr netip.Addr
 		defer release()
 		// Failures may have used up the budget while this request waited for its slot.
 		a.mu.Lock()
-		wait := a.failures.wait(addr, a.now())
+		wait := a.failures.wait(addr, a.clock.Now())
 		a.mu.Unlock()
 		if wait > 0 {
 			return persistence.Principal{}, false, authThrottled(wait)
 		}
 	}
 	p, err = a.lookup.LookupKey(ctx, hk[:])
-	now := a.now()
+	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -246,7 +247,7 @@ func (a *authenticator) guard(r *http.Request, hash [32]byte, lookup func(contex
 	ctx := r.Context()
 	a.mu.Lock()
 	_, confirmed := a.confirmed.Get(hash)
-	wait := a.failures.wait(addr, a.now())
+	wait := a.failures.wait(addr, a.clock.Now())
 	a.mu.Unlock()
 	if !confirmed {
 		if wait > 0 {
@@ -258,7 +259,7 @@ func (a *authenticator) guard(r *http.Request, hash [32]byte, lookup func(contex
 		}
 		defer release()
 		a.mu.Lock()
-		wait = a.failures.wait(addr, a.now())
+		wait = a.failures.wait(addr, a.clock.Now())
 		a.mu.Unlock()
 		if wait > 0 {
 			return authThrottled(wait)
@@ -270,7 +271,7 @@ func (a *authenticator) guard(r *http.Request, hash [32]byte, lookup func(contex
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
 		a.confirmed.Remove(hash)
-		a.failures.fail(addr, a.now())
+		a.failures.fail(addr, a.clock.Now())
 	case err == nil:
 		a.confirmed.Add(hash, struct{}{})
 	}

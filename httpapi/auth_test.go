@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
@@ -41,8 +42,8 @@ func TestAuthenticatorTrustsLastAnswerWhileDatabaseIsDown(t *testing.T) {
 	p := persistence.Principal{KeyID: uuid.New(), TenantID: uuid.New(), Role: persistence.RoleModule}
 	store := &keyStore{keys: map[string]persistence.Principal{string(hash): p}}
 	a := newAuthenticator(store, AuthConfig{})
-	clock := time.Now()
-	a.now = func() time.Time { return clock }
+	clock := health.NewFakeClock(time.Now())
+	a.clock = clock
 	check := func(k string) error {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("Authorization", "Bearer "+k)
@@ -56,7 +57,7 @@ func TestAuthenticatorTrustsLastAnswerWhileDatabaseIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.down = true
-	clock = clock.Add(time.Minute) // the cached answer has expired
+	clock.Advance(time.Minute) // the cached answer has expired
 	for range 3 {
 		if err := check(key); err != nil {
 			t.Fatalf("a key confirmed before the outage is refused during it: %v", err)
@@ -68,7 +69,7 @@ func TestAuthenticatorTrustsLastAnswerWhileDatabaseIsDown(t *testing.T) {
 	}
 	store.down = false
 	delete(store.keys, string(hash)) // revoked while the database was away
-	clock = clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	if err := check(key); !errors.As(err, &prob) || prob.Status != 401 {
 		t.Fatalf("a key revoked during the outage, once the database answers: %v, want 401", err)
 	}
@@ -79,13 +80,13 @@ type authRig struct {
 	t     *testing.T
 	a     *authenticator
 	store *keyStore
-	clock time.Time
+	clock *health.FakeClock
 }
 
 func newAuthRig(t *testing.T, cfg AuthConfig) *authRig {
-	r := &authRig{t: t, store: &keyStore{keys: map[string]persistence.Principal{}}, clock: time.Now()}
+	r := &authRig{t: t, store: &keyStore{keys: map[string]persistence.Principal{}}, clock: health.NewFakeClock(time.Now())}
 	r.a = newAuthenticator(r.store, cfg)
-	r.a.now = func() time.Time { return r.clock }
+	r.a.clock = r.clock
 	return r
 }
 
@@ -151,11 +152,11 @@ func TestAuthThrottlesFailedLookupsPerAddress(t *testing.T) {
 	if st, _ := r.auth(good, "10.0.0.1:1004"); st != 200 {
 		t.Fatalf("a known key from a throttled address: %d, want 200", st)
 	}
-	r.clock = r.clock.Add(time.Second) // half a token at 0.5/s: still throttled
+	r.clock.Advance(time.Second) // half a token at 0.5/s: still throttled
 	if st, _ := r.auth(r.unknownKey(), "10.0.0.1:1005"); st != 429 {
 		t.Fatalf("after 1 s at 0.5/s: %d, want 429", st)
 	}
-	r.clock = r.clock.Add(31 * time.Second) // the cached answer for good has expired too
+	r.clock.Advance(31 * time.Second) // the cached answer for good has expired too
 	calls := r.store.calls
 	if st, _ := r.auth(good, "10.0.0.1:1006"); st != 200 || r.store.calls != calls+1 {
 		t.Fatalf("an expired known key: %d after %d lookups, want 200 after one", st, r.store.calls-calls)
@@ -266,11 +267,11 @@ func TestAuthRevocationWindow(t *testing.T) {
 		t.Fatal(st)
 	}
 	clear(r.store.keys) // revoked
-	r.clock = r.clock.Add(29 * time.Second)
+	r.clock.Advance(29 * time.Second)
 	if st, _ := r.auth(key, "10.0.0.1:1"); st != 200 {
 		t.Fatalf("within the 30 s window: %d", st)
 	}
-	r.clock = r.clock.Add(2 * time.Second)
+	r.clock.Advance(2 * time.Second)
 	if st, _ := r.auth(key, "10.0.0.1:1"); st != 401 {
 		t.Fatalf("after the 30 s window: %d, want 401", st)
 	}
