@@ -207,7 +207,8 @@ func (e *etcdProc) stop() {
 // refused drops its rows in the BEFORE trigger a_fence of migration 0016, so it records nothing), reads
 // the shard's row of shard_owners FOR SHARE (held to COMMIT: no claim can commit between this read and the
 // write's commit, so the owner recorded is the owner at the commit), and the settings mcpfleet.fence (the
-// "shard:epoch" persistence.WithFence sets for the command's statements) and mcpfleet.node (the writing
+// "shard:epoch" persistence.WithFence sets for the command's statements; a set of registrations names every
+// fence that passed, separated by spaces, and the row's shard's is recorded) and mcpfleet.node (the writing
 // process, from its connection's options). chaos_shard is shard.Of in SQL (FNV-1a, 32 bit, of the id's 16
 // bytes, mod 64); the checker compares the two.
 const writesSQL = `
@@ -230,7 +231,9 @@ DECLARE
 	o RECORD;
 BEGIN
 	SELECT node, epoch INTO o FROM shard_owners WHERE shard = sh FOR SHARE;
-	INSERT INTO chaos_writes VALUES (NEW.event_id, NEW.server_id, sh, coalesce(current_setting('mcpfleet.fence', true), ''),
+	INSERT INTO chaos_writes VALUES (NEW.event_id, NEW.server_id, sh,
+		coalesce((SELECT f FROM unnest(string_to_array(current_setting('mcpfleet.fence', true), ' ')) f
+			WHERE split_part(f, ':', 1) = sh::text LIMIT 1), current_setting('mcpfleet.fence', true), ''),
 		coalesce(current_setting('mcpfleet.node', true), ''), coalesce(o.node, ''), coalesce(o.epoch, -1), clock_timestamp());
 	RETURN NULL;
 END $$;

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/health"
 )
@@ -102,13 +103,30 @@ func (s *Store) withServerLimit(st *tenantStep) {
 }
 
 // commitGroup applies cmds, the commands of ctx's Commit from index first on, in one transaction. When it
-// commits, refusals[i] is cmds[i]'s refusal (nil: applied).
+// commits, refusals[i] is cmds[i]'s refusal (nil: applied). The RegisterCmds of each tenant are applied
+// together as one registerSet (more than one if two are for the same module), at the place of the first.
 func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (refusals []error, err error) {
 	spans := s.startApply(ctx, first, cmds)
 	refusals = make([]error, len(cmds))
-	steps := make([]tenantStep, len(cmds))
+	steps := make([]tenantStep, 0, len(cmds))
+	sets := map[uuid.UUID][]*setStep{}
 	for i, c := range cmds {
-		steps[i] = tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
+		var span trace.Span
+		if spans != nil {
+			span = spans[i]
+		}
+		if rc, fence, ok := asRegister(c); ok {
+			ss := joinSet(sets, rc, fence, i)
+			if ss.step < 0 {
+				ss.step = len(steps)
+				steps = append(steps, tenantStep{tenant: rc.TenantID, queue: ss.set.queue, read: ss.read(refusals)})
+			}
+			if span != nil {
+				steps[ss.step].spans = append(steps[ss.step].spans, span)
+			}
+			continue
+		}
+		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
 			err := c.Read(br)
 			if r := (*refusal)(nil); errors.As(err, &r) {
 				refusals[i] = r.err
@@ -118,9 +136,10 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		}}
 		if fc, ok := c.(*fencedCmd); ok {
 			// The fence is checked by the step's own set_config (fencedStepSQL): no statement of its own.
-			steps[i].fence, steps[i].fenceOK = fc.fence, new(bool)
-			steps[i].queue, steps[i].read = fc.stepQueue, func(br pgx.BatchResults) error {
-				err := fc.stepRead(br, *steps[i].fenceOK)
+			fenceOK := new(bool)
+			st.fence, st.fenceOK = fc.fence, fenceOK
+			st.queue, st.read = fc.stepQueue, func(br pgx.BatchResults) error {
+				err := fc.stepRead(br, *fenceOK)
 				if r := (*refusal)(nil); errors.As(err, &r) {
 					refusals[i] = r.err
 					return nil
@@ -128,9 +147,10 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 				return err
 			}
 		}
-		if spans != nil {
-			steps[i].span = spans[i]
+		if span != nil {
+			st.spans = []trace.Span{span}
 		}
+		steps = append(steps, st)
 	}
 	// Every tenant's audit event lock first, in one order (see eventLockOrder), as part of the first
 	// command's step.
@@ -156,6 +176,43 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		}
 	}
 	return refusals, err
+}
+
+// A setStep is a registerSet of a group commit: cmds[k] of the set is the group's command index[k], and
+// step is the set's place among the group's steps (-1 before it has one).
+type setStep struct {
+	set   *registerSet
+	index []int
+	step  int
+}
+
+// joinSet adds rc (the group's command i, under fence) to the first set of its tenant in sets that has no
+// command for its module yet, or to a new one, and returns that set.
+func joinSet(sets map[uuid.UUID][]*setStep, rc *RegisterCmd, fence Fence, i int) *setStep {
+	for _, ss := range sets[rc.TenantID] {
+		if ss.set.add(rc, fence) {
+			ss.index = append(ss.index, i)
+			return ss
+		}
+	}
+	ss := &setStep{set: &registerSet{tenant: rc.TenantID}, step: -1}
+	ss.set.add(rc, fence)
+	ss.index = append(ss.index, i)
+	sets[rc.TenantID] = append(sets[rc.TenantID], ss)
+	return ss
+}
+
+// read reads the set's results and hands each command's refusal to the group's refusals.
+func (ss *setStep) read(refusals []error) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		if err := ss.set.read(br); err != nil {
+			return err
+		}
+		for k, i := range ss.index {
+			refusals[i] = ss.set.refusals[k]
+		}
+		return nil
+	}
 }
 
 // eventLockOrder returns the tenants of cmds, each once, in the order in which a group commit takes
@@ -199,145 +256,6 @@ func KindForTransition(to health.Status) AuditKind {
 		return KindDeregistered
 	}
 	return KindRecovered
-}
-
-// RegisterCmd registers a server, or re-registers the server already registered under
-// (TenantID, ModuleName), which keeps its server_id and revives it if it was deregistered. The
-// advertised tools are upserted (new ones disabled, kept ones keep their enabled flag unless their
-// definition changed, vanished ones orphaned) and an mcp.server.registered audit event is written, all in
-// one transaction.
-//
-// A registration makes the server healthy, so it is also the reverse cascade: every skill of the server
-// that is not orphaned becomes available, whichever source owns the catalogue — an administrator's
-// imported tools as much as advertised ones. Availability is the server's liveness, never enablement:
-// no enabled flag changes here beyond the advertisement's own rule above, so a tool an operator disabled
-// stays disabled.
-//
-// Ownership is enforced here, in SQL: only an admin key (ByAdmin) may re-register a server an
-// administrator configured (OriginAdmin), and even then its catalogue and endpoint are left alone (they
-// belong to the import and to PATCH); otherwise the command is refused with ErrNotOwned and nothing is
-// written. A new server past the tenant's server limit is refused with ErrServerLimit (see Options). Both
-// refusals leave the group commit intact: the commands grouped with this one commit.
-type RegisterCmd struct {
-	EventID      uuid.UUID // audit event id; also makes the command idempotent
-	ServerID     uuid.UUID // the id to use if the server is new
-	TenantID     uuid.UUID
-	ModuleName   string
-	Version      string
-	Protocols    []string
-	Capabilities json.RawMessage // may be nil
-	Tools        []Tool
-	// Endpoint is the module's MCP endpoint, if it gave one: stored in server_config (see
-	// queueRegisteredEndpoint). Empty leaves the stored endpoint as it is.
-	Endpoint string
-	TraceID  string
-	At       time.Time
-	// ByKey is the API key registering (recorded with a tool change); ByAdmin says it is an admin key.
-	ByKey   uuid.UUID
-	ByAdmin bool
-
-	// Results, set by Apply.
-	Server  Server
-	Created bool
-	From    health.Status // the status before, if not Created
-	// ChangedTools counts advertised tools whose definition changed; DisabledTools those of them that
-	// were enabled and are now disabled until an operator enables them again.
-	ChangedTools, DisabledTools int64
-	// MovedTools counts the enabled tools disabled because the registration moved the server's endpoint
-	// (see queueRegisteredEndpoint).
-	MovedTools int64
-}
-
-// Tenant implements Command.
-func (c *RegisterCmd) Tenant() uuid.UUID { return c.TenantID }
-
-// Queue implements Command: one statement reads whether the module name is an administrator's server,
-// one upserts the server (unless refused), makes its skills available, reads its previous status and
-// appends the audit event; two more write the advertised tools, and one the endpoint.
-func (c *RegisterCmd) Queue(b *pgx.Batch) {
-	var caps any
-	if len(c.Capabilities) > 0 {
-		caps = string(c.Capabilities)
-	}
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM mcp_servers m JOIN server_config c ON c.server_id = m.server_id
-			WHERE m.tenant_id = $1 AND m.module_name = $2 AND c.origin = 'admin'),
-		NOT EXISTS (SELECT 1 FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2) AND NOT `+fmt.Sprintf(underServerLimit, "$1"),
-		c.TenantID, c.ModuleName)
-	b.Queue(`WITH prev AS (
-			SELECT status FROM mcp_servers WHERE tenant_id = $2 AND module_name = $3
-		), up AS (
-			INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
-				capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
-			SELECT $1, $2, $3, $4, $5, $6::jsonb, 'healthy', $7, $7, nullif($8, '')
-			WHERE EXISTS (SELECT 1 FROM prev) OR `+fmt.Sprintf(underServerLimit, "$2")+`
-			ON CONFLICT (tenant_id, module_name) DO UPDATE SET version = EXCLUDED.version,
-				supported_protocols = EXCLUDED.supported_protocols, capability_advertisement = EXCLUDED.capability_advertisement,
-				status = 'healthy', last_heartbeat_at = greatest(mcp_servers.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-				deregistered_at = NULL
-			WHERE $10 OR NOT EXISTS (SELECT 1 FROM server_config c WHERE c.server_id = mcp_servers.server_id AND c.origin = 'admin')
-			RETURNING `+serverColumns+`, (xmax = 0) AS inserted
-		), avail AS (
-			UPDATE skill_registry SET available = true, updated_at = $7
-			WHERE server_id IN (SELECT server_id FROM up) AND orphaned_at IS NULL AND NOT available
-		), audit AS (
-			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
-			SELECT $9, up.tenant_id, 'mcp.server.registered', up.server_id, up.module_name, up.version, 'healthy',
-				(SELECT status FROM prev), nullif($8, ''), $7 FROM up
-			ON CONFLICT (event_id) DO NOTHING
-		)
-		SELECT up.*, coalesce((SELECT status FROM prev), '') FROM up`,
-		c.ServerID, c.TenantID, c.ModuleName, c.Version, c.Protocols, caps, c.At, c.TraceID, c.EventID, c.ByAdmin)
-	queueSkillUpsert(b, catalogueWrite{TenantID: c.TenantID, ModuleName: c.ModuleName, Origin: OriginModule,
-		Tools: c.Tools, Available: true, By: c.ByKey, TraceID: c.TraceID, At: c.At})
-	if c.Endpoint != "" {
-		queueRegisteredEndpoint(b, c.TenantID, c.ModuleName, c.Endpoint, c.ByKey, c.TraceID, c.At)
-	}
-}
-
-// Read implements Command.
-func (c *RegisterCmd) Read(br pgx.BatchResults) error {
-	var adminOwned, overLimit bool
-	if err := br.QueryRow().Scan(&adminOwned, &overLimit); err != nil {
-		return fmt.Errorf("register: %w", translate(err))
-	}
-	var s Server
-	var status, prev string
-	var inserted bool
-	err := br.QueryRow().Scan(&s.ServerID, &s.TenantID, &s.ModuleName, &s.Version, &s.SupportedProtocols,
-		&s.CapabilityAdvertisement, &status, &s.LastHeartbeatAt, &s.RegisteredAt, &s.DeregisteredAt, &s.TraceID,
-		&inserted, &prev)
-	// Refused, the upsert wrote nothing, and nor do the statements after it: they find no server of the
-	// module's origin.
-	if errors.Is(err, pgx.ErrNoRows) && (adminOwned || overLimit) {
-		if _, err := readSkillUpsert(br); err != nil {
-			return fmt.Errorf("register: %w", err)
-		}
-		if c.Endpoint != "" {
-			if _, err := readRegisteredEndpoint(br); err != nil {
-				return fmt.Errorf("register: %w", err)
-			}
-		}
-		if adminOwned {
-			return refuse(fmt.Errorf("register: module %q: %w", c.ModuleName, ErrNotOwned))
-		}
-		return refuse(fmt.Errorf("register: module %q: %w", c.ModuleName, ErrServerLimit))
-	}
-	if err != nil {
-		return fmt.Errorf("register: %w", translate(err))
-	}
-	s.Status = health.Status(status)
-	c.Server, c.Created, c.From = s, inserted, health.Status(prev)
-	res, err := readSkillUpsert(br)
-	if err != nil {
-		return fmt.Errorf("register: %w", err)
-	}
-	c.ChangedTools, c.DisabledTools = res.Changed, res.Disabled
-	if c.Endpoint != "" {
-		if c.MovedTools, err = readRegisteredEndpoint(br); err != nil {
-			return fmt.Errorf("register: %w", err)
-		}
-	}
-	return nil
 }
 
 // TransitionCmd persists one status transition of a server with its audit event and, for a transition

@@ -241,69 +241,6 @@ func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
 	return nil
 }
 
-// queueRegisteredEndpoint queues the statement that stores the endpoint a module gave at registration,
-// for the server registered under (tenantID, moduleName) by the statements before it. It never replaces
-// the endpoint of a server that has a credential configured, nor of an administrator's server: a module
-// key must not be able to send an administrator's credential, or calls, somewhere else.
-//
-// A move is a tool change (the rug pull defence applied to where a tool runs): when it replaces the
-// stored endpoint (or sets the first one of a server that existed before), every enabled tool of the
-// server is disabled until an operator enables it again — orphaned ones too (the one mechanism against
-// the orphan-then-move bypass: a registration that advertises no tools orphans them with their enabled
-// flag, moves the endpoint, and the next one brings them back; an enabled tool is therefore always one
-// an operator approved at the endpoint the server has now) — the tool's changed_at is set, its
-// previous_definition gains the endpoint it was approved with ("endpoint"; an earlier unapproved change
-// keeps the older one), and the move is appended to tool_changes (cause 'endpoint', old and new endpoint,
-// by, traceID). Whoever sends it — an unbound module key is a tenant-wide credential, so it can re-register
-// any self-registered server of its tenant — the administrator's next call cannot reach the new endpoint
-// before an operator has approved it. A registration that repeats the stored endpoint changes nothing.
-// readRegisteredEndpoint reads its result: how many tools it disabled.
-func queueRegisteredEndpoint(b *pgx.Batch, tenantID uuid.UUID, moduleName, endpoint string, by uuid.UUID, traceID string, at time.Time) {
-	var byKey any
-	if by != uuid.Nil {
-		byKey = by
-	}
-	b.Queue(`WITH srv AS (
-			SELECT server_id, tenant_id FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2
-		), old AS (
-			SELECT c.server_id, c.endpoint FROM server_config c JOIN srv USING (server_id)
-		), up AS (
-			INSERT INTO server_config (server_id, tenant_id, endpoint, created_at, updated_at)
-			SELECT server_id, tenant_id, $3, $4, $4 FROM srv
-			ON CONFLICT (server_id) DO UPDATE SET endpoint = EXCLUDED.endpoint, updated_at = EXCLUDED.updated_at
-			WHERE server_config.credential IS NULL AND server_config.origin = 'module'
-			  AND server_config.endpoint IS DISTINCT FROM EXCLUDED.endpoint
-			RETURNING server_id
-		), cand AS (
-			-- the enabled tools, orphaned ones too, and those this registration's own definition change just disabled
-			SELECT k.skill_id, k.tenant_id, k.server_id, k.name, k.enabled,
-				jsonb_build_object('description', k.description, 'input_schema', k.input_schema, 'annotations', k.annotations) AS def
-			FROM skill_registry k JOIN up ON k.server_id = up.server_id
-			WHERE k.enabled OR (k.orphaned_at IS NULL AND k.changed_at = $4)
-		), moved AS (
-			UPDATE skill_registry k SET enabled = false, changed_at = $4, updated_at = $4,
-				previous_definition = jsonb_build_object('endpoint', (SELECT endpoint FROM old))
-					|| coalesce(k.previous_definition, cand.def)
-			FROM cand WHERE k.skill_id = cand.skill_id
-		), logged AS (
-			INSERT INTO tool_changes (change_id, tenant_id, server_id, skill_id, name, source, old_definition,
-				new_definition, was_enabled, changed_by, trace_id, changed_at, cause, old_endpoint, new_endpoint)
-			SELECT gen_random_uuid(), tenant_id, server_id, skill_id, name, 'advertisement', def, def, enabled, $5,
-				nullif($6, ''), $4, 'endpoint', (SELECT endpoint FROM old), $3
-			FROM cand
-		)
-		SELECT count(*) FROM cand WHERE enabled`,
-		tenantID, moduleName, endpoint, at, byKey, traceID)
-}
-
-func readRegisteredEndpoint(br pgx.BatchResults) (int64, error) {
-	var disabled int64
-	if err := br.QueryRow().Scan(&disabled); err != nil {
-		return 0, fmt.Errorf("store endpoint: %w", err)
-	}
-	return disabled, nil
-}
-
 // UpdateServerConfig changes the configuration of one server of tenantID in one transaction: the row
 // is created with the defaults if the server has none, locked, handed to edit (which may change the
 // editable fields — endpoint, auth, credential, data class, approval, enabled, liveness — or return an

@@ -188,8 +188,8 @@ func inTenantTx(ctx context.Context, db beginner, opts pgx.TxOptions, tenantID u
 }
 
 // A tenantStep is one tenant's part of a multi-tenant transaction (inTenantBatch): the statements
-// queue appends run scoped to tenant, and read consumes their results in order. If span is not nil, the
-// step's statements (its set_config first) are traced under it (see routeBatches).
+// queue appends run scoped to tenant, and read consumes their results in order. The step's statements
+// (its set_config first) are traced under each of spans (see routeBatches); none: under the batch's span.
 //
 // If fence is fenced, the step's set_config statement also checks it (see WithFence): the statements
 // queue appends write no row unless it passed, and *fenceOK says whether it did before read is called.
@@ -197,7 +197,7 @@ type tenantStep struct {
 	tenant  uuid.UUID
 	queue   func(b *pgx.Batch)
 	read    func(br pgx.BatchResults) error
-	span    trace.Span
+	spans   []trace.Span
 	fence   Fence
 	fenceOK *bool
 }
@@ -234,7 +234,7 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	b := &pgx.Batch{}
-	var spans []trace.Span // spans[i] traces the batch's i-th statement; nil when no step has a span
+	var spans [][]trace.Span // spans[i] traces the batch's i-th statement; nil when no step has a span
 	for _, st := range steps {
 		from := b.Len()
 		if st.fence.Fenced() {
@@ -243,11 +243,11 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 			b.Queue(stepSQL, st.tenant.String())
 		}
 		st.queue(b)
-		if st.span != nil && spans == nil {
-			spans = make([]trace.Span, from, b.Len())
+		if len(st.spans) > 0 && spans == nil {
+			spans = make([][]trace.Span, from, b.Len())
 		}
 		for spans != nil && len(spans) < b.Len() {
-			spans = append(spans, st.span)
+			spans = append(spans, st.spans)
 		}
 	}
 	if spans != nil {

@@ -85,14 +85,15 @@ func (*stmtTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDa
 // TestCommitTracesEachCommandUnderItsParent: with WithParents, Commit starts a writer.apply span per
 // command with a sampled parent — a child of that parent, linked to the flush — and the pgx tracer
 // sees each statement of the command (its set_config first) in that span's context; a command with an
-// unsampled parent gets no span and its statements stay under the flush.
+// unsampled parent gets no span and its statements stay under the flush. Two registrations of one
+// tenant share their set-based statements: each statement is reported once under each one's span.
 func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	pgxTracer := &stmtTracer{}
 	d := newDashWith(t, persistence.Options{Tracer: pgxTracer, Spans: tp.Tracer("test")})
-	store, tenantA, tenantB := d.store, d.tenant, d.newTenant("globex")
+	store, tenantA, tenantB, tenantC := d.store, d.tenant, d.newTenant("globex"), d.newTenant("initech")
 	register := func(tenant uuid.UUID, module string) *persistence.RegisterCmd {
 		return &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: tenant, ModuleName: module,
 			Version: "1.0.0", Protocols: []string{"mcp/2025-06-18"}, At: time.Now()}
@@ -105,10 +106,10 @@ func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
 		}
 		return trace.NewSpanContext(cfg)
 	}
-	pa, pb, pc := parent(true), parent(true), parent(false)
+	pa, pb, pc, pd := parent(true), parent(true), parent(false), parent(true)
 	flushCtx, flush := tp.Tracer("test").Start(ctx, "writer.flush")
-	cmds := []persistence.Command{register(tenantA, "a"), register(tenantB, "b"), register(tenantA, "c")}
-	errs := store.Commit(persistence.WithParents(flushCtx, []trace.SpanContext{pa, pb, pc}), cmds)
+	cmds := []persistence.Command{register(tenantA, "a"), register(tenantB, "b"), register(tenantC, "c"), register(tenantA, "d")}
+	errs := store.Commit(persistence.WithParents(flushCtx, []trace.SpanContext{pa, pb, pc, pd}), cmds)
 	flush.End()
 	for i, err := range errs {
 		if err != nil {
@@ -121,11 +122,15 @@ func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
 			applies[s.Parent().TraceID()] = s
 		}
 	}
-	if len(applies) != 2 {
-		t.Fatalf("%d writer.apply spans, want 2 (the unsampled parent gets none)", len(applies))
+	if len(applies) != 3 {
+		t.Fatalf("%d writer.apply spans, want 3 (the unsampled parent gets none)", len(applies))
 	}
-	var owner []trace.SpanID // owner[k] is the span command k's statements must be reported under
-	for _, p := range []trace.SpanContext{pa, pb} {
+	under := map[trace.SpanID][]string{} // the statements reported under each span, in order
+	for _, st := range pgxTracer.stmts {
+		under[st.span] = append(under[st.span], st.sql)
+	}
+	spanOf := map[string]trace.SpanID{"flush": flush.SpanContext().SpanID()}
+	for name, p := range map[string]trace.SpanContext{"a": pa, "b": pb, "d": pd} {
 		s, ok := applies[p.TraceID()]
 		if !ok || s.Parent().SpanID() != p.SpanID() {
 			t.Fatalf("no writer.apply child of %s", p.SpanID())
@@ -133,19 +138,23 @@ func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
 		if len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID() != flush.SpanContext().SpanID() {
 			t.Errorf("writer.apply of %s links %v, want the flush", p.SpanID(), s.Links())
 		}
-		owner = append(owner, s.SpanContext().SpanID())
+		spanOf[name] = s.SpanContext().SpanID()
 	}
-	owner = append(owner, flush.SpanContext().SpanID())
-	k := -1
-	for _, st := range pgxTracer.stmts {
-		if strings.HasPrefix(st.sql, "SELECT set_config") {
-			k++
+	if len(under) != len(spanOf) {
+		t.Errorf("statements reported under %d spans, want %d (a and d, b, the flush for c)", len(under), len(spanOf))
+	}
+	for name, id := range spanOf {
+		stmts := under[id]
+		var set, audit bool
+		for _, sql := range stmts {
+			set = set || strings.HasPrefix(sql, "SELECT set_config")
+			audit = audit || strings.Contains(sql, "INSERT INTO audit_events")
 		}
-		if k < 0 || k >= len(owner) || st.span != owner[k] {
-			t.Errorf("statement %.40q of command %d reported under span %s, want %v", st.sql, k, st.span, owner)
+		if !set || !audit {
+			t.Errorf("command %s: its span saw %d statements, without its set_config (%v) or its audit insert (%v)", name, len(stmts), set, audit)
 		}
 	}
-	if k != 2 {
-		t.Errorf("saw %d commands' statements, want 3", k+1)
+	if a, d := strings.Join(under[spanOf["a"]], ";"), strings.Join(under[spanOf["d"]], ";"); a != d {
+		t.Errorf("a and d, registered together, saw different statements:\n%s\n%s", a, d)
 	}
 }

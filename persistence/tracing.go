@@ -12,7 +12,8 @@ import (
 // under its own flush span; each command's statements belong in the trace of the request that sent it.
 // Commit starts a writer.apply span per command, a child of the parent the caller gave (WithParents)
 // linked to the flush, and inTenantBatch reports each statement of the batch to the pgx tracer in the
-// context of its command's span. The statements are told apart by their position in the batch, which
+// context of its command's span — a statement that serves several commands (a registerSet's) once in
+// the context of each of their spans. The statements are told apart by their position in the batch, which
 // this package built — never by their SQL text.
 
 type parentsKey struct{}
@@ -46,13 +47,13 @@ type statementsKey struct{}
 
 // statementSpans follows one batch's statements; pgx reports them in order from one goroutine.
 type statementSpans struct {
-	spans []trace.Span // spans[i] is the span of the batch's i-th statement, nil for the batch's own
+	spans [][]trace.Span // spans[i] are the spans of the batch's i-th statement, none for the batch's own
 	next  int
 }
 
-// withStatementSpans returns a context for a SendBatch whose i-th statement is traced under spans[i]
-// (under the batch's span where that is nil).
-func withStatementSpans(ctx context.Context, spans []trace.Span) context.Context {
+// withStatementSpans returns a context for a SendBatch whose i-th statement is traced under each span of
+// spans[i] (under the batch's span where there is none).
+func withStatementSpans(ctx context.Context, spans [][]trace.Span) context.Context {
 	return context.WithValue(ctx, statementsKey{}, &statementSpans{spans: spans})
 }
 
@@ -77,10 +78,17 @@ func (r *router) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.T
 		return
 	}
 	if st, _ := ctx.Value(statementsKey{}).(*statementSpans); st != nil {
-		if st.next < len(st.spans) && st.spans[st.next] != nil {
-			ctx = trace.ContextWithSpan(ctx, st.spans[st.next])
+		var spans []trace.Span
+		if st.next < len(st.spans) {
+			spans = st.spans[st.next]
 		}
 		st.next++
+		for _, span := range spans {
+			bt.TraceBatchQuery(trace.ContextWithSpan(ctx, span), conn, data)
+		}
+		if len(spans) > 0 {
+			return
+		}
 	}
 	bt.TraceBatchQuery(ctx, conn, data)
 }

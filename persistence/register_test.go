@@ -1,0 +1,272 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
+)
+
+// traceOf makes a 32-hex trace id that names its module.
+func traceOf(module string) string {
+	return fmt.Sprintf("%032x", []byte(module))[:32]
+}
+
+// One group commit of registrations, of two tenants, set-based: new servers, re-registrations (a changed
+// enabled tool, a vanished tool, a moved endpoint), the same module twice, a stale fence, a module key
+// on an administrator's server, an admin key on it, and a new server past the limit. Each command gets
+// the outcome it gets alone, in one batch and one transaction; the refused ones write nothing; the audit
+// events are numbered in command order without gaps and carry the commands' trace ids; the audit insert
+// sees the fences that passed named in mcpfleet.fence.
+func TestRegisterSetMixedGroup(t *testing.T) {
+	var batches batchCounter
+	d := newDashWith(t, persistence.Options{MaxServersPerTenant: 3, Tracer: &batches})
+	ctx := context.Background()
+	if _, err := d.owner.Exec(ctx, `
+		CREATE TABLE fence_seen (event_id UUID, fence TEXT);
+		CREATE FUNCTION fence_seen_record() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+			INSERT INTO fence_seen VALUES (NEW.event_id, coalesce(current_setting('mcpfleet.fence', true), ''));
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER zz_fence_seen AFTER INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION fence_seen_record();`); err != nil {
+		t.Fatal(err)
+	}
+	a, b := d.tenant, d.newTenant("other")
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := func(desc string) []persistence.Tool {
+		return []persistence.Tool{{Name: "echo", Description: desc, InputSchema: []byte(`{"type":"object"}`)}}
+	}
+	reg := func(tenant uuid.UUID, module string, tools []persistence.Tool, endpoint string) *persistence.RegisterCmd {
+		return &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: tenant, ModuleName: module,
+			Version: "1", Protocols: []string{"2025-11-25", "2025-06-18"}, Capabilities: []byte(`{"tools":{}}`), Tools: tools,
+			Endpoint: endpoint, TraceID: traceOf(module), At: t0, ByKey: uuid.New()}
+	}
+	fenced := func(c *persistence.RegisterCmd) persistence.Command {
+		return persistence.WithFence(c, fences[shard.Of(c.ServerID)])
+	}
+	commit := func(cmds ...persistence.Command) []error {
+		t.Helper()
+		before := batches.n.Load()
+		errs := d.store.Commit(ctx, cmds)
+		if n := batches.n.Load() - before; n != 1 {
+			t.Errorf("the group took %d batches, want 1 (no per-command retries)", n)
+		}
+		return errs
+	}
+	kept := reg(a, "kept", append(echo("v1"), persistence.Tool{Name: "gone", InputSchema: []byte(`{}`)}), "")
+	moved := reg(a, "moved", echo("v1"), "https://one.example/mcp")
+	cfg := persistence.DefaultServerConfig(b, uuid.New())
+	adminSrv := &persistence.ConfigureCmd{EventID: uuid.New(), ServerID: cfg.ServerID, TenantID: b, ModuleName: "b-admin", Version: "1", Config: cfg, At: t0}
+	for i, err := range commit(fenced(kept), fenced(moved), adminSrv) {
+		if err != nil {
+			t.Fatalf("setup %d: %v", i, err)
+		}
+	}
+	if _, err := d.owner.Exec(ctx, `UPDATE skill_registry SET enabled = true WHERE name = 'echo'`); err != nil {
+		t.Fatal(err)
+	}
+
+	later := t0.Add(time.Minute)
+	n1 := reg(a, "n1", echo("v1"), "")
+	kept2 := reg(a, "kept", echo("v2"), "") // echo changed, gone vanished
+	stale := reg(a, "f1", echo("v1"), "")
+	staleFence := fences[shard.Of(stale.ServerID)]
+	epoch, err := d.store.ClaimShard(ctx, staleFence.Shard, "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences[staleFence.Shard] = persistence.Fence{Shard: staleFence.Shard, Epoch: epoch}
+	notOwned := reg(b, "b-admin", echo("mine now"), "https://evil.example/mcp")
+	b1 := reg(b, "b1", nil, "")
+	n2 := reg(a, "n2", nil, "")
+	moved2 := reg(a, "moved", echo("v1"), "https://two.example/mcp")
+	kept3 := reg(a, "kept", echo("v2"), "") // the same module again: a set of its own, after kept2
+	byAdmin := reg(b, "b-admin", echo("admin's"), "https://admin.example/mcp")
+	byAdmin.ByAdmin = true
+	cmds := []*persistence.RegisterCmd{n1, kept2, stale, notOwned, b1, n2, moved2, kept3, byAdmin}
+	group := make([]persistence.Command, len(cmds))
+	for i, c := range cmds {
+		c.At = later.Add(time.Duration(i) * time.Millisecond)
+		group[i] = fenced(c)
+	}
+	group[2] = persistence.WithFence(stale, staleFence)
+	errs := commit(group...)
+	want := []error{nil, nil, persistence.ErrFenced, persistence.ErrNotOwned, nil, persistence.ErrServerLimit, nil, nil, nil}
+	for i, w := range want {
+		if (w == nil) != (errs[i] == nil) || (w != nil && !errors.Is(errs[i], w)) {
+			t.Errorf("command %d (%s): %v, want %v", i, cmds[i].ModuleName, errs[i], w)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Results, as a command alone sets them.
+	if !n1.Created || n1.Server.ServerID != n1.ServerID || n1.Server.Status != health.Healthy || n1.From != "" ||
+		n1.Server.TraceID != traceOf("n1") || strings.Join(n1.Server.SupportedProtocols, ",") != "2025-11-25,2025-06-18" {
+		t.Errorf("n1: created %v, %+v, from %q", n1.Created, n1.Server, n1.From)
+	}
+	if kept2.Created || kept2.Server.ServerID != kept.Server.ServerID || kept2.From != health.Healthy ||
+		kept2.ChangedTools != 1 || kept2.DisabledTools != 1 {
+		t.Errorf("kept again: created %v, id %s (want %s), from %q, changed %d disabled %d", kept2.Created, kept2.Server.ServerID,
+			kept.Server.ServerID, kept2.From, kept2.ChangedTools, kept2.DisabledTools)
+	}
+	if kept3.Created || kept3.Server.ServerID != kept.Server.ServerID || kept3.ChangedTools != 0 {
+		t.Errorf("kept a third time: created %v, changed %d", kept3.Created, kept3.ChangedTools)
+	}
+	if moved2.MovedTools != 1 || moved2.ChangedTools != 0 {
+		t.Errorf("moved: %d tools disabled by the move, %d changed; want 1, 0", moved2.MovedTools, moved2.ChangedTools)
+	}
+	if !b1.Created || byAdmin.Created || byAdmin.Server.ServerID != cfg.ServerID {
+		t.Errorf("b1 created %v; by admin: created %v, id %s", b1.Created, byAdmin.Created, byAdmin.Server.ServerID)
+	}
+	for _, c := range []*persistence.RegisterCmd{stale, notOwned, n2} {
+		if c.Created || c.Server.ServerID != uuid.Nil {
+			t.Errorf("refused %s has results: %+v", c.ModuleName, c.Server)
+		}
+	}
+
+	// What the refused commands did not write.
+	if n := d.count(`SELECT count(*) FROM mcp_servers WHERE module_name IN ('f1', 'n2')`); n != 0 {
+		t.Errorf("%d servers of refused registrations", n)
+	}
+	if n := d.count(`SELECT count(*) FROM audit_events WHERE event_id = ANY($1)`, []uuid.UUID{stale.EventID, notOwned.EventID, n2.EventID}); n != 0 {
+		t.Errorf("%d audit events of refused registrations", n)
+	}
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1`, cfg.ServerID); n != 0 {
+		t.Errorf("the administrator's server has %d skills written by registrations", n)
+	}
+	if n := d.count(`SELECT count(*) FROM server_config WHERE server_id = $1 AND endpoint IS NOT NULL`, cfg.ServerID); n != 0 {
+		t.Error("a registration wrote the administrator's endpoint")
+	}
+	for tenant, want := range map[uuid.UUID]int{a: 3, b: 2} {
+		if n := d.count(`SELECT count(*) FROM mcp_servers WHERE tenant_id = $1`, tenant); n != want {
+			t.Errorf("tenant %s: %d servers, want %d", tenant, n, want)
+		}
+		if n := d.count(`SELECT servers FROM tenant_server_counts WHERE tenant_id = $1`, tenant); n != want {
+			t.Errorf("tenant %s: counted %d servers, want %d", tenant, n, want)
+		}
+	}
+
+	// The rug-pull defence: the changed enabled tool is disabled and recorded; the vanished one orphaned;
+	// the moved server's enabled tool disabled and the move recorded.
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1 AND name = 'echo' AND NOT enabled AND changed_at = $2
+			AND previous_definition->>'description' = 'v1' AND description = 'v2'`, kept.Server.ServerID, kept2.At); n != 1 {
+		t.Error("kept's changed tool was not disabled with its previous definition")
+	}
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1 AND name = 'gone' AND orphaned_at = $2 AND NOT available`,
+		kept.Server.ServerID, kept2.At); n != 1 {
+		t.Error("kept's vanished tool was not orphaned")
+	}
+	if n := d.count(`SELECT count(*) FROM tool_changes WHERE server_id = $1 AND cause = 'definition' AND was_enabled
+			AND trace_id = $2 AND changed_by = $3`, kept.Server.ServerID, traceOf("kept"), kept2.ByKey); n != 1 {
+		t.Errorf("kept's change: %d tool_changes rows, want 1", n)
+	}
+	if n := d.count(`SELECT count(*) FROM tool_changes WHERE server_id = $1 AND cause = 'endpoint' AND was_enabled
+			AND old_endpoint = 'https://one.example/mcp' AND new_endpoint = 'https://two.example/mcp'`, moved.Server.ServerID); n != 1 {
+		t.Errorf("the move: %d tool_changes rows, want 1", n)
+	}
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1 AND enabled`, moved.Server.ServerID); n != 0 {
+		t.Error("the moved server's tool is still enabled")
+	}
+
+	// The audit events: in one transaction, numbered in command order with no gap, with their trace ids
+	// and the fences that passed.
+	applied := []*persistence.RegisterCmd{n1, kept2, b1, moved2, kept3, byAdmin}
+	ids := make([]uuid.UUID, len(applied))
+	for i, c := range applied {
+		ids[i] = c.EventID
+	}
+	if n := d.count(`SELECT count(DISTINCT xmin::text) FROM audit_events WHERE event_id = ANY($1)`, ids); n != 1 {
+		t.Errorf("the group was split into %d transactions", n)
+	}
+	rows, err := d.owner.Query(ctx, `SELECT e.event_id, e.tenant_id, e.tenant_seq, coalesce(e.trace_id, ''), e.from_status, f.fence
+		FROM audit_events e JOIN fence_seen f USING (event_id) WHERE e.event_id = ANY($1) ORDER BY e.seq`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var order []uuid.UUID
+	last := map[uuid.UUID]int64{} // each tenant's last number before the group
+	for _, tenant := range []uuid.UUID{a, b} {
+		last[tenant] = int64(d.count(`SELECT coalesce(max(tenant_seq), 0) FROM audit_events WHERE tenant_id = $1 AND NOT (event_id = ANY($2))`, tenant, ids))
+	}
+	byEvent := map[uuid.UUID]*persistence.RegisterCmd{}
+	for _, c := range applied {
+		byEvent[c.EventID] = c
+	}
+	for rows.Next() {
+		var id, tenant uuid.UUID
+		var seq int64
+		var traceID, fence string
+		var from *string
+		if err := rows.Scan(&id, &tenant, &seq, &traceID, &from, &fence); err != nil {
+			t.Fatal(err)
+		}
+		c := byEvent[id]
+		order = append(order, id)
+		if seq != last[tenant]+1 {
+			t.Errorf("%s: tenant_seq %d, want %d", c.ModuleName, seq, last[tenant]+1)
+		}
+		last[tenant] = seq
+		if traceID != c.TraceID {
+			t.Errorf("%s: audit trace id %q, want %q", c.ModuleName, traceID, c.TraceID)
+		}
+		f := fences[shard.Of(c.ServerID)] // the fence the command carried
+		if !strings.Contains(" "+fence+" ", fmt.Sprintf(" %d:%d ", f.Shard, f.Epoch)) ||
+			strings.Contains(" "+fence+" ", fmt.Sprintf(" %d:%d ", staleFence.Shard, staleFence.Epoch)) {
+			t.Errorf("%s: mcpfleet.fence %q, want it to name %d:%d and not the stale %d:%d", c.ModuleName, fence, f.Shard, f.Epoch,
+				staleFence.Shard, staleFence.Epoch)
+		}
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	// Tenant A's set (n1, kept2, moved2), B's (b1; notOwned refused), A's second (kept3), B's second
+	// (byAdmin, the same module as notOwned): each set numbers its events in command order.
+	wantOrder := []uuid.UUID{n1.EventID, kept2.EventID, moved2.EventID, b1.EventID, kept3.EventID, byAdmin.EventID}
+	if fmt.Sprint(order) != fmt.Sprint(wantOrder) {
+		t.Errorf("audit events in order %v, want %v", order, wantOrder)
+	}
+}
+
+// A set applied twice (a retry after a COMMIT whose outcome was unknown) changes nothing the second
+// time: no second audit event, no tool change, no count.
+func TestRegisterSetIsIdempotent(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	var cmds []persistence.Command
+	for i := range 5 {
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
+			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"},
+			Tools: []persistence.Tool{{Name: "echo", InputSchema: []byte(`{}`)}}, At: t0})
+	}
+	for round := range 2 {
+		for i, err := range d.store.Commit(ctx, cmds) {
+			if err != nil {
+				t.Fatalf("round %d, command %d: %v", round, i, err)
+			}
+		}
+	}
+	if n := d.count(`SELECT count(*) FROM audit_events`); n != 5 {
+		t.Errorf("%d audit events, want 5", n)
+	}
+	if n := d.count(`SELECT count(*) FROM tool_changes`); n != 0 {
+		t.Errorf("%d tool changes, want 0", n)
+	}
+	if n := d.count(`SELECT servers FROM tenant_server_counts`); n != 5 {
+		t.Errorf("counted %d servers, want 5", n)
+	}
+}
