@@ -47,7 +47,7 @@ func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 		ctx.Send(sender, &contactReply{err: ErrNotFound})
 		return
 	}
-	a.arrivedEvidence(now)
+	a.arrivedEvidence(ctx, now)
 	a.run(ctx, func(ctx actor.Context) { a.contact(ctx, msg, sender, now) },
 		func(ctx actor.Context) { ctx.Send(sender, &contactReply{err: ErrUnavailable}) })
 }
@@ -76,7 +76,7 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 			ctx.Send(sender, &contactReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(t, cmd)
+		a.applyTransition(ctx, t, cmd)
 		ctx.Send(sender, &contactReply{status: health.Healthy})
 	})
 }

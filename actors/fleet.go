@@ -13,12 +13,13 @@ import (
 
 // fleetActor supervises one server actor per registered server, spawned by server_id (PID id
 // "fleet/<server_id>"). It routes registrations (so two registrations of one module are serialised and
-// can never create two servers), fans out monitor ticks, and respawns a server actor that was stopped
+// can never create two servers), sends each monitor tick to the servers whose deadline has come (its
+// deadline heap, deadlines.go), and respawns a server actor that was stopped
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
 //
 // It shares no state with the server actors: it reads no field of a serverRecord (it only hands the
 // record to the producer of each incarnation of its actor) and learns by message what it must know
-// (serverRegistered, removeServer, permitMsg).
+// (serverRegistered, removeServer, permitMsg, armMsg).
 type fleetActor struct {
 	deps     *serverDeps
 	entries  map[uuid.UUID]*fleetEntry
@@ -28,9 +29,10 @@ type fleetActor struct {
 	onEvent  func(event string)
 	stopping bool // the fleet itself is stopping: its children end with it and are not respawned
 
-	monitor *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
-	tenants map[uuid.UUID]int
-	silence *lifecycle.MassSilence // nil when the guard is off
+	monitor   *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
+	deadlines deadlineHeap       // the servers' deadline bounds (deadlines.go): a tick checks only what is due
+	tenants   map[uuid.UUID]int
+	silence   *lifecycle.MassSilence // nil when the guard is off
 
 	// Cluster mode, guard on: the permits are the tenant's, counted in PostgreSQL (askShared).
 	shared      silenceStore // nil: the guard counts in memory (single-node mode: the node has the whole tenant)
@@ -48,6 +50,7 @@ type fleetEntry struct {
 	tenantID   uuid.UUID
 	key        moduleKey
 	registered bool
+	armed      int64 // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
 	rec        *serverRecord
 }
 
@@ -107,16 +110,16 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
 		ctx.Respond(&lookupReply{known: ok && e.tenantID == msg.tenantID})
+	case *armMsg:
+		f.arm(msg)
 	case *monitorTick:
-		f.tick(msg)
-		ids := make([]uuid.UUID, 0, len(f.children))
-		for id := range f.children {
-			ids = append(ids, id)
-		}
+		ids := f.due(f.tick(msg).UnixNano())
 		if msg.round != nil {
 			msg.round.wg.Add(len(ids))
 		}
-		ctx.Send(ctx.Self(), &tickChunk{ids: ids, round: msg.round})
+		if len(ids) > 0 {
+			ctx.Send(ctx.Self(), &tickChunk{ids: ids, round: msg.round})
+		}
 	case *tickChunk:
 		n := min(len(msg.ids), fleetChunk)
 		for _, id := range msg.ids[:n] {
@@ -256,14 +259,16 @@ func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
 
 // tick does the fleet's part of a monitor tick before the fan-out: the self-health check (an automatic
 // tick handled later than its period means the monitor stalled; lifecycle.Monitor credits the stall to
-// every deadline) and the mass-silence guard's new period.
-func (f *fleetActor) tick(msg *monitorTick) {
-	if p := periodOf(f.deps.clock.Now(), f.period); !p.Equal(f.periodStart) {
+// every deadline) and the mass-silence guard's new period. It returns the tick's time on the monitor's
+// clock, the time the deadlines due are popped at.
+func (f *fleetActor) tick(msg *monitorTick) time.Time {
+	now := f.deps.clock.Now()
+	if p := periodOf(now, f.period); !p.Equal(f.periodStart) {
 		f.periodStart = p
 		clear(f.spent)
 	}
 	if msg.auto {
-		if late := f.monitor.Tick(f.deps.clock.Now()); late > 0 {
+		if late := f.monitor.Tick(now); late > 0 {
 			f.deps.log.Warn("monitor stalled: deadlines extended by the stall", "stall", late.String())
 			if f.onEvent != nil {
 				f.onEvent("monitor_stall")
@@ -273,6 +278,7 @@ func (f *fleetActor) tick(msg *monitorTick) {
 	for _, r := range f.silence.NewPeriod() {
 		f.deps.log.Warn("mass-silence guard released: no more servers held", "tenant_id", r.TenantID, "held", r.Held)
 	}
+	return lifecycle.MonitorTime(now, f.deps.stall.Total())
 }
 
 // permit grants a server of tenantID the right to turn unhealthy this monitor period, within the

@@ -98,8 +98,8 @@ type lookupMsg struct {
 
 type lookupReply struct{ known bool }
 
-// monitorRound lets RunMonitor wait until every server has evaluated one tick and persisted what it
-// decided. Done is called exactly once per Add.
+// monitorRound lets RunMonitor wait until every server the tick checked has evaluated it and persisted
+// what it decided. Done is called exactly once per Add.
 type monitorRound struct{ wg sync.WaitGroup }
 
 func (r *monitorRound) done() {

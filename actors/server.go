@@ -51,6 +51,7 @@ type serverDeps struct {
 	stall        *lifecycle.Stall
 	own          *ownership    // the shards this node holds, and their fences
 	count        *atomic.Int64 // servers the fleet runs
+	stats        *MonitorStats // the monitor's counters (the fleet actor writes them)
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -68,7 +69,8 @@ type serverActor struct {
 	deps  *serverDeps
 	busy  bool
 	stash []stashed
-	dead  bool // set when this incarnation is being replaced; its continuations only finish their own work
+	dead  bool  // set when this incarnation is being replaced; its continuations only finish their own work
+	armed int64 // the deadline bound this incarnation last sent the fleet (armMsg); 0: none, or checked since
 }
 
 func newServerProps(rec *serverRecord, deps *serverDeps) *actor.Props {
@@ -80,6 +82,8 @@ func newServerProps(rec *serverRecord, deps *serverDeps) *actor.Props {
 func (a *serverActor) Receive(ctx actor.Context) {
 	handleChaos(ctx)
 	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.arm(ctx) // a new incarnation: the fleet's bound of the old one may be gone with it
 	case *registerMsg:
 		a.register(ctx, msg)
 	case *configureMsg:
@@ -95,7 +99,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			ctx.Send(sender, &heartbeatReply{err: ErrNotFound})
 			return
 		}
-		a.arrivedEvidence(now)
+		a.arrivedEvidence(ctx, now)
 		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now, span) },
 			func(ctx actor.Context) {
 				endSpan(span, ErrUnavailable)
@@ -110,6 +114,7 @@ func (a *serverActor) Receive(ctx actor.Context) {
 		a.run(ctx, func(ctx actor.Context) { a.deregister(ctx, msg, sender) },
 			func(ctx actor.Context) { ctx.Send(sender, &deregisterReply{err: ErrUnavailable}) })
 	case *evaluateMsg:
+		a.armed = 0 // the fleet popped the bound it sends this for
 		a.runCheck(ctx, func(ctx actor.Context) { a.evaluate(ctx, msg.round) },
 			func(actor.Context) { msg.round.done() })
 	case *handOff:
@@ -309,7 +314,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(t, cmd)
+		a.applyTransition(ctx, t, cmd)
 		rec.row.LastHeartbeatAt = wall
 		ctx.Send(sender, &heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 	})
@@ -333,7 +338,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 			ctx.Send(sender, &deregisterReply{err: mapWriteErr(err)})
 			return
 		}
-		a.applyTransition(t, cmd)
+		a.applyTransition(ctx, t, cmd)
 		ctx.Send(sender, &deregisterReply{server: rec.row})
 	})
 }
@@ -346,6 +351,7 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 	now := a.deps.clock.Now()
 	v := rec.life.Check(a.deps.life, now, a.deps.stall.Total())
 	if !v.Change {
+		a.arm(ctx)
 		round.done()
 		return
 	}
@@ -365,6 +371,7 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 			a.transition(ctx, t, round)
 			return
 		}
+		a.arm(ctx) // held: checked again at the next tick
 		round.done()
 		a.idle(ctx)
 	})
@@ -373,6 +380,7 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 // transition persists a monitor-driven transition t (nil: nothing to do).
 func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, round *monitorRound) {
 	if t == nil {
+		a.arm(ctx)
 		round.done()
 		return
 	}
@@ -396,11 +404,12 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 		defer round.done()
 		if err != nil {
 			rec.life.Failed(t)
+			a.arm(ctx) // its deadline has passed: the next tick pops it
 			a.deps.log.WarnContext(carrier.Context(), "transition not persisted; the next monitor tick retries it",
 				"server_id", rec.id, "from", t.From, "to", t.To, "err", err)
 			return
 		}
-		a.applyTransition(t, cmd)
+		a.applyTransition(ctx, t, cmd)
 		if t.To == health.Unhealthy {
 			a.deps.metrics.DetectionLag(context.Background(), t.Lag)
 		}
@@ -426,8 +435,8 @@ func (a *serverActor) transitionCmd(t *lifecycle.Transition) *persistence.Transi
 }
 
 // applyTransition takes back a committed transition: the state machine applies it, the row and the
-// metrics follow.
-func (a *serverActor) applyTransition(t *lifecycle.Transition, cmd *persistence.TransitionCmd) {
+// metrics follow, and the fleet gets the new status's deadline bound before the caller is answered.
+func (a *serverActor) applyTransition(ctx actor.Context, t *lifecycle.Transition, cmd *persistence.TransitionCmd) {
 	rec := a.rec
 	a.deps.metrics.ServerStatus(rec.row.Status, t.To)
 	a.deps.metrics.Transition(context.Background(), t.From, t.To)
@@ -439,13 +448,15 @@ func (a *serverActor) applyTransition(t *lifecycle.Transition, cmd *persistence.
 		at := cmd.At
 		rec.row.DeregisteredAt = &at
 	}
+	a.arm(ctx)
 }
 
 // arrivedEvidence counts a heartbeat or a completed round trip as evidence the moment its message arrives,
 // even if answering it must wait behind a write in flight: a monitor check queued meanwhile must not
 // judge the server on older evidence (lifecycle.Server.Evidence).
-func (a *serverActor) arrivedEvidence(now time.Time) {
+func (a *serverActor) arrivedEvidence(ctx actor.Context, now time.Time) {
 	a.rec.life.Evidence(now, a.deps.stall.Total())
+	a.arm(ctx)
 }
 
 // heldEvidence counts evidence the actor holds — a heartbeat or round trip that arrived and is not yet
@@ -467,6 +478,7 @@ func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.
 	a.rec.life.Adopt(row.Status, now, a.deps.stall.Total())
 	a.rec.registrationTrace = carrier
 	a.rec.lastHeartbeatTrace = carrier
+	a.arm(ctx)
 	if first {
 		ctx.Send(ctx.Parent(), &serverRegistered{serverID: a.rec.id})
 	}

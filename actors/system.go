@@ -121,6 +121,7 @@ type Fleet struct {
 	own   *ownership
 	// ownedServers counts the servers the fleet runs (the fleet actor adds and removes them).
 	ownedServers *atomic.Int64
+	stats        *MonitorStats
 
 	stopOnce sync.Once // Stop runs once; a concurrent call waits for it
 	stopErr  error
@@ -170,7 +171,7 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 		deps.observeSystem(system)
 	}
 	f := &Fleet{cfg: cfg, clock: deps.Clock, log: log, system: system, metrics: deps.Metrics, store: store,
-		own: &ownership{}, ownedServers: &atomic.Int64{}}
+		own: &ownership{}, ownedServers: &atomic.Int64{}, stats: &MonitorStats{}}
 	switch {
 	case cfg.Sharded: // cluster mode: SetOwned gives the shards, claimed as they are taken
 	case len(deps.Fences) > 0:
@@ -277,7 +278,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers,
+		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats,
 	}
 	// The mass-silence guard counts in memory on a single node (it runs the whole tenant, and a permit
 	// costs no round trip); a cluster node runs a share of each tenant, so it counts in PostgreSQL.
@@ -467,8 +468,9 @@ func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 	return res, nil
 }
 
-// RunMonitor runs one monitor pass now and returns when every server has evaluated it and committed
-// what it decided (transition, audit, outbox, skill cascade). Tests drive the fake clock with it.
+// RunMonitor runs one monitor pass now and returns when every server whose deadline has come (the
+// fleet's deadline heap: at least every server the pass can change) has evaluated it and committed what
+// it decided (transition, audit, outbox, skill cascade). Tests drive the fake clock with it.
 func (f *Fleet) RunMonitor(ctx context.Context) error { return f.runRound(ctx, false) }
 
 // Tick runs one monitor pass as the periodic ticker does — including the self-health check that

@@ -189,6 +189,33 @@ func (s *Server) Lag(now time.Time, stall time.Duration) time.Duration {
 	return now.Sub(s.evidence) - (stall - s.stallAtEvidence)
 }
 
+// MonitorTime is the monitor's clock: the service clock now minus the monitor's total stall. A
+// server's lag is MonitorTime(now, stall) minus the monitor time of its last evidence, so deadlines
+// stated on this clock (Due) need no adjusting when the monitor stalls.
+func MonitorTime(now time.Time, stall time.Duration) time.Time { return now.Add(-stall) }
+
+// Due is the first moment, on the monitor's clock (MonitorTime), at which the passing of time alone can
+// change the server's status: its last evidence, net of the stall it was taken at, plus the next
+// threshold of its status (2H healthy, 3H degraded). Check decides a change at (now, stall) exactly when
+// MonitorTime(now, stall) is not before Due. ok is false when time alone changes nothing (not registered,
+// unhealthy, deregistered). Evidence moves Due, usually later; it can move it earlier only when the
+// evidence was taken right after a stall was credited.
+func (s *Server) Due(cfg *Config) (due time.Time, ok bool) {
+	if !s.registered {
+		return time.Time{}, false
+	}
+	var after time.Duration
+	switch s.status {
+	case health.Healthy:
+		after = 2 * cfg.Thresholds.Interval
+	case health.Degraded:
+		after = 3 * cfg.Thresholds.Interval
+	default:
+		return time.Time{}, false
+	}
+	return MonitorTime(s.evidence, s.stallAtEvidence).Add(after), true
+}
+
 // Check is the monitor's check at now with the monitor's total stall.
 func (s *Server) Check(cfg *Config, now time.Time, stall time.Duration) Verdict {
 	if !s.registered {

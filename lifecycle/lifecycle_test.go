@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -399,4 +400,32 @@ func TestSilenceCountAt(t *testing.T) {
 	take(p0.Add(2*iv), 1, 1, false, false) // a period with no refusal
 	take(p0.Add(3*iv), 3, 2, true, true)   // ... ended the episode: a new one is announced
 	take(p0.Add(5*iv), 3, 2, true, true)   // a period without any request ends it too
+}
+
+// TestDueIsWhenCheckChanges: the monitor may skip a server until its Due (the deadline heap of package
+// actors relies on it) — Check decides a change exactly from Due on, for every status, evidence, stall
+// at evidence and stall since.
+func TestDueIsWhenCheckChanges(t *testing.T) {
+	c := cfg()
+	r := rand.New(rand.NewPCG(14, 1))
+	for i := 0; i < 20000; i++ {
+		status := health.Statuses()[r.IntN(4)]
+		stallAt := time.Duration(r.Int64N(int64(10 * H)))
+		s := registered(status)
+		ev := t0.Add(time.Duration(r.Int64N(int64(100 * H))))
+		s.evidence, s.stallAtEvidence = ev, stallAt
+		stall := stallAt + time.Duration(r.Int64N(int64(5*H)))
+		now := ev.Add(time.Duration(r.Int64N(int64(8 * H))))
+		v := s.Check(c, now, stall)
+		due, ok := s.Due(c)
+		reached := ok && !MonitorTime(now, stall).Before(due)
+		if v.Change != reached {
+			t.Fatalf("%s, evidence %s at stall %s, now %s at stall %s: Check changes %v, Due %s (%v) reached %v",
+				status, ev, stallAt, now, stall, v.Change, due, ok, reached)
+		}
+	}
+	var unregistered Server
+	if _, ok := unregistered.Due(c); ok {
+		t.Fatal("an unregistered server has a deadline")
+	}
 }

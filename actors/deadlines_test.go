@@ -1,0 +1,130 @@
+package actors
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+func TestDeadlineHeapPopsInOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var h deadlineHeap
+	var want []int64
+	for range 1000 {
+		at := r.Int64N(500)
+		want = append(want, at)
+		h.push(deadline{at: at, id: uuid.New()})
+	}
+	slices.Sort(want)
+	var got []int64
+	for _, now := range []int64{-1, 100, 250, 499} {
+		for {
+			d, ok := h.popDue(now)
+			if !ok {
+				break
+			}
+			if d.at > now {
+				t.Fatalf("popped %d at %d", d.at, now)
+			}
+			got = append(got, d.at)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("popped out of order")
+	}
+}
+
+func (h *harness) heartbeat(id uuid.UUID) health.Status {
+	h.t.Helper()
+	res, err := h.fleet.Heartbeat(context.Background(), h.tenant, id, carrier{})
+	if err != nil {
+		h.t.Fatalf("heartbeat: %v", err)
+	}
+	return res.Status
+}
+
+// TestTickChecksOnlyWhatIsDue: a monitor pass checks no server whose deadline has not come, and a
+// healthy server heartbeating every H renews its deadline about once per 2H, not at every heartbeat.
+func TestTickChecksOnlyWhatIsDue(t *testing.T) {
+	h := newHarness(t, nil)
+	var ids []uuid.UUID
+	for i := range 50 {
+		ids = append(ids, h.register(string(rune('a'+i%26))+string(rune('a'+i/26))))
+	}
+	stats := h.fleet.MonitorStats()
+	bounds := stats.Bounds.Load()
+	const beats = 20
+	for range beats {
+		h.clock.Advance(testH)
+		for _, id := range ids[1:] {
+			if st := h.heartbeat(id); st != health.Healthy {
+				t.Fatalf("heartbeat answered %s", st)
+			}
+		}
+		h.monitor()
+	}
+	// ids[0] fell silent: checked at 2H (degraded) and at 3H (unhealthy, after which time alone changes
+	// nothing and it is never checked again).
+	wantStatuses(t, h.statuses(ids[0]), health.Degraded, health.Unhealthy)
+	for _, id := range ids[1:] {
+		if got := h.statuses(id); len(got) != 0 {
+			t.Fatalf("heartbeating server %s: transitions %v", id, got)
+		}
+	}
+	if c := stats.Checks.Load(); c != 2 {
+		t.Fatalf("%d checks, want 2 (the silent server's two transitions)", c)
+	}
+	perServer := float64(stats.Bounds.Load()-bounds) / float64(len(ids)-1)
+	if perServer > beats/2+1 {
+		t.Fatalf("%.1f deadline bounds per heartbeating server for %d heartbeats: more than one per 2H", perServer, beats)
+	}
+}
+
+// TestRecoveryArmsTheDeadline: a server that recovered from unhealthy (which has no deadline) is
+// checked again: degraded 2H after its recovery.
+func TestRecoveryArmsTheDeadline(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	h.heartbeat(id)
+	h.clock.Advance(2 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Unhealthy, health.Healthy, health.Degraded)
+}
+
+// TestEvidenceAfterAStallMovesTheDeadlineEarlier: evidence taken right after a monitor stall was
+// credited moves the server's deadline (on the monitor's clock) earlier than the bound the fleet holds;
+// the bound follows, so the server is degraded at exactly 2H of silence net of stall.
+func TestEvidenceAfterAStallMovesTheDeadlineEarlier(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a") // deadline 2H = 20 s on the monitor clock
+	tick := func() {
+		h.t.Helper()
+		if err := h.fleet.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	h.clock.Advance(16 * time.Second)
+	h.heartbeat(id) // within H/2 of the bound: renewed to 16 + 20 = 36 s
+	h.clock.Advance(14 * time.Second)
+	tick() // 30 s after the last tick: a stall of 25 s
+	h.waitEvent("monitor_stall")
+	h.clock.Advance(time.Second)
+	h.heartbeat(id) // at 31 s, stall 25 s: deadline 31 − 25 + 20 = 26 s on the monitor clock, earlier than 36
+	h.clock.Advance(2*testH - time.Nanosecond)
+	h.monitor()
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v before 2H of silence", got)
+	}
+	h.clock.Advance(time.Nanosecond)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Degraded)
+}
