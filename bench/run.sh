@@ -5,7 +5,8 @@
 # BENCH_MODE: all (default), load (mcpfleet-load only) or mcp (the /mcp step only). The /mcp step's knobs:
 # BENCH_MCP_SERVERS (200), BENCH_MCP_TOOLS (20), BENCH_MCP_SESSIONS (1000), BENCH_MCP_EXTRA (more flags).
 # Knobs (environment): BENCH_N (modules, default 100000), BENCH_H (heartbeat interval, 10s),
-# BENCH_DURATION (steady phase, 60s), BENCH_PORT (18181), BENCH_PG (superuser base URL of a PostgreSQL
+# BENCH_DURATION (steady phase, 60s), BENCH_PORT (18181; the service's profiler listens on the next port, for the
+# live heap per server), BENCH_PG (superuser base URL of a PostgreSQL
 # server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_REFERENCE (1: after
 # mcpfleet, drive the naive reference server with the same load on its own fresh database and report both; 0
 # skips it), BENCH_EXTRA (more mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
@@ -15,6 +16,7 @@ N=${BENCH_N:-100000}
 H=${BENCH_H:-10s}
 DURATION=${BENCH_DURATION:-60s}
 PORT=${BENCH_PORT:-18181}
+PPROF_PORT=$((PORT + 1))
 PG=${BENCH_PG:-postgres://postgres@127.0.0.1:5432}
 REPORT=${BENCH_REPORT:-bench/REPORT.md}
 REFERENCE=${BENCH_REFERENCE:-1}
@@ -57,15 +59,20 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	fi
 	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
 	READ_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
-	MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL="$H" MCPFLEET_MONITOR_INTERVAL="${MCPFLEET_MONITOR_INTERVAL:-$(awk -v h="$H" 'BEGIN{print (h=="10s")?"5s":"500ms"}')}" \
-		MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}" \
-		bin/mcpfleet serve 2>.data/bench-serve.log &
+	# The service's environment: mcpfleet-load restarts the service with it (plus the tracing variables of
+	# each restart phase), so it is handed to both.
+	SERVE_ENV=(MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL="$H"
+		MCPFLEET_MONITOR_INTERVAL="${MCPFLEET_MONITOR_INTERVAL:-$(awk -v h="$H" 'BEGIN{print (h=="10s")?"5s":"500ms"}')}"
+		MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}"
+		MCPFLEET_PPROF_ADDR="127.0.0.1:$PPROF_PORT")
+	env "${SERVE_ENV[@]}" bin/mcpfleet serve 2>.data/bench-serve.log &
 	PID=$!
 	wait_ready .data/bench-serve.log
 	echo "bench: service pid $PID on :$PORT, $N modules, H=$H, steady $DURATION" >&2
 	# shellcheck disable=SC2086
-	bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
-		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" ${BENCH_EXTRA:-}
+	env "${SERVE_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
+		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
+		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
 	kill -TERM $PID 2>/dev/null || true
 	wait $PID 2>/dev/null || true

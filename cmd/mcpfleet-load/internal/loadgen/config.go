@@ -58,6 +58,14 @@ type Config struct {
 	// service and reports both. ReferencePool is its pgx pool size.
 	ReferenceDatabaseURL string
 	ReferencePool        int
+	// ServiceCommand, with ServicePID, is the service's binary: after the peak the run restarts the
+	// service from it with each tracing configuration (restart.go), measuring the cold start and the
+	// throughput with tracing on. Its output goes to ServiceLog-<i>.log. Empty: not measured.
+	ServiceCommand string
+	ServiceLog     string
+	// ServicePprof is the base URL of the service's profiler (MCPFLEET_PPROF_ADDR), for the live heap per
+	// server from its heap profile. Empty: not measured.
+	ServicePprof string
 
 	// SelfExe is the executable re-run as "noop-server" for the ceiling
 	// phase. Not a flag: Main sets it to os.Executable().
@@ -131,6 +139,9 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.ServiceDatabase, "service-database", "", "the service's database, whose backends' CPU --pg-url counts")
 	fs.StringVar(&cfg.ReferenceDatabaseURL, "reference-database-url", "", "a fresh database for the naive reference server, driven with the same load after the service (empty: skipped)")
 	fs.IntVar(&cfg.ReferencePool, "reference-pool", 32, "the reference server's pgx pool size")
+	fs.StringVar(&cfg.ServiceCommand, "service-command", "", "the service's binary: with --service-pid, restart the service after the peak with each tracing configuration (cold start, tracing throughput); empty: skipped")
+	fs.StringVar(&cfg.ServiceLog, "service-log", ".data/bench-serve-restart", "output of the restarted service goes to PREFIX-<i>.log")
+	fs.StringVar(&cfg.ServicePprof, "service-pprof", "", "base URL of the service's profiler (MCPFLEET_PPROF_ADDR, e.g. http://127.0.0.1:6061), for the live heap per server; empty: not measured")
 	return fs
 }
 
@@ -196,6 +207,7 @@ func (c Config) Validate() error {
 	check(c.ModulePrefix != "", "--module-prefix must not be empty")
 	check(c.ReferencePool == 0 || (c.ReferencePool >= 1 && c.ReferencePool <= 1000), "--reference-pool must be 1 to 1000, got %d", c.ReferencePool)
 	check(c.ServiceDatabase == "" || c.PGURL != "", "--service-database needs --pg-url")
+	check(c.ServiceCommand == "" || c.ServicePID > 0, "--service-command needs --service-pid")
 	if err := checkTarget(c.BaseURL, c.AllowRemote); err != nil {
 		errs = append(errs, err)
 	}

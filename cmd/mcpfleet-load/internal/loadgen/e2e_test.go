@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"io"
 	"net/http"
@@ -139,14 +140,36 @@ func TestRunEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	for _, want := range []string{"| fleet size at H = 10 s |", "**NOT met**", "| steady | heartbeat rate achieved |", "| ceiling | no-op gin server rate |"} {
+	for _, want := range []string{"| fleet size at H = 10 s |", "**NOT met**", "| steady | heartbeat rate achieved |", "| ceiling | no-op gin server rate |",
+		"![heartbeat latency over time](report-latency.svg)", "![heartbeat latency histogram per phase](report-histogram.svg)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	for _, name := range []string{"report-latency.svg", "report-histogram.svg"} {
+		svg, err := os.ReadFile(filepath.Join(filepath.Dir(cfg.ReportPath), name))
+		if err != nil {
+			t.Fatalf("plot: %v", err)
+		}
+		if err := wellFormed(svg); err != nil || !bytes.Contains(svg, []byte("<path d=")) || !bytes.Contains(svg, []byte(">steady")) {
+			t.Errorf("%s: %v, or no steady phase drawn:\n%s", name, err, svg)
 		}
 	}
 	for _, want := range []string{"registration:", "[steady", "steady:", "ceiling:", "peak:", "deregistration:"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("progress lacks %q", want)
+		}
+	}
+}
+
+// wellFormed reports whether doc parses as XML to its end.
+func wellFormed(doc []byte) error {
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 }

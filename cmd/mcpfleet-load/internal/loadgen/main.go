@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
 )
@@ -91,6 +92,13 @@ func RunAndReport(ctx context.Context, cfg Config, stdout, stderr io.Writer) err
 }
 
 func writeReportFile(path string, s *Summary) error {
+	if len(s.Plots) > 0 {
+		if err := writePlots(path, s.Plots); err != nil {
+			return err
+		}
+		lat, hist := plotPaths(path)
+		s.PlotFiles = []string{filepath.Base(lat), filepath.Base(hist)}
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)

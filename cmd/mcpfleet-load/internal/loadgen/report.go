@@ -11,14 +11,13 @@ import (
 	"time"
 )
 
-// The targets a run is judged by: issue 14's (the fleet size, RSS, registration rate, CPU against
-// the no-op ceiling and against the reference), and the older peak share of the ceiling.
+// The targets a run is judged by: issue 14's table (the fleet size, CPU against the no-op ceiling,
+// tracing, memory, registration rate, cold start, against the reference).
 const (
-	TargetServers        = 250_000
-	TargetInterval       = 10 * time.Second
-	TargetP99            = 50 * time.Millisecond
-	TargetCeilingPercent = 60.0
-	TargetRSSKiBPerSrv   = 2.5
+	TargetServers      = 250_000
+	TargetInterval     = 10 * time.Second
+	TargetP99          = 50 * time.Millisecond
+	TargetRSSKiBPerSrv = 2.5
 	// TargetRegistrationsPerSec is a whole fleet re-registering at once: 100,000 in 20 s.
 	TargetRegistrationsPerSec = 5000.0
 	// TargetCPUVsNoop bounds the service's CPU per steady heartbeat ÷ the no-op server's CPU per
@@ -29,6 +28,12 @@ const (
 	// PostgreSQL backends) at most this fraction of it.
 	TargetPeakVsReference = 2.5
 	TargetCPUVsReference  = 0.35
+	// TargetTracingFullPercent and TargetTracingRatioPercent are the closed-loop heartbeat throughput with
+	// tracing at 100 % and at 1 % parent-based sampling, as a share of tracing off.
+	TargetTracingFullPercent  = 85.0
+	TargetTracingRatioPercent = 98.0
+	// TargetColdStart is serve → ready with TargetServers servers in PostgreSQL.
+	TargetColdStart = 2 * time.Second
 )
 
 // Target results.
@@ -49,6 +54,9 @@ type Summary struct {
 	Peak           PhaseSummary          `json:"peak"`
 	Ceiling        PhaseSummary          `json:"ceiling"`
 	RSS            RSSSummary            `json:"rss"`
+	Heap           HeapSummary           `json:"heap"`
+	Tracing        TracingSummary        `json:"tracing"`
+	ColdStart      ColdStartSummary      `json:"cold_start"`
 	Deregistration DeregistrationSummary `json:"deregistration"`
 	Tail           PhaseSummary          `json:"deregistration_heartbeats"`
 	// CPU is the CPU the load generator and the service used during the
@@ -75,6 +83,11 @@ type Summary struct {
 	Targets   []Target `json:"targets"`
 	AllMet    bool     `json:"all_targets_met"`
 	Notes     []string `json:"notes,omitempty"`
+
+	// Plots are the heartbeat phases' latencies for the SVG plots; PlotFiles are the plots' file names
+	// beside the report (set when it is written to a file), which the report links.
+	Plots     []plotPhase `json:"-"`
+	PlotFiles []string    `json:"-"`
 }
 
 // RunConfig is the configuration the run used.
@@ -265,20 +278,34 @@ func summarizePhase(ph *phase, expected float64) PhaseSummary {
 	return s
 }
 
-// evaluate computes FalseTransitions, the targets and AllMet.
+// evaluate computes FalseTransitions, the targets (issue 14's table, in its order) and AllMet.
 func (s *Summary) evaluate() {
 	s.FalseTransitions = s.Warmup.NonHealthyOnTime + s.Steady.NonHealthyOnTime + uint64(s.Sweep.OnTimeNonHealthy)
-	steadyRan := s.Steady.Sent > 0
-	judge := func(measured, met bool) string {
-		switch {
-		case !measured:
-			return ResultNotMeasured
-		case met:
-			return ResultMet
+	s.Targets = slices.Concat(s.fleetTargets(), s.cpuTargets(), s.tracingTargets(), s.memoryTargets(), s.startTargets(), s.referenceTargets())
+	s.AllMet = true
+	for _, t := range s.Targets {
+		if t.Result != ResultMet {
+			s.AllMet = false
 		}
-		return ResultNotMet
 	}
-	s.Targets = []Target{
+}
+
+// judge is a target's result: not measured, met or not.
+func judge(measured, met bool) string {
+	switch {
+	case !measured:
+		return ResultNotMeasured
+	case met:
+		return ResultMet
+	}
+	return ResultNotMet
+}
+
+// fleetTargets: servers held at H = 10 s with p99 < 50 ms, 0 errors and 0 false transitions.
+func (s *Summary) fleetTargets() []Target {
+	steadyRan := s.Steady.Sent > 0
+	errs := s.Registration.Errors.Total + s.Warmup.Errors.Total + s.Steady.Errors.Total
+	return []Target{
 		{
 			Name:      "fleet size at H = 10 s",
 			Threshold: fmt.Sprintf("≥ %s servers heartbeating every %s", thousands(TargetServers), TargetInterval),
@@ -295,10 +322,9 @@ func (s *Summary) evaluate() {
 		{
 			Name:      "errors (registration and steady heartbeats)",
 			Threshold: "0",
-			Measured: fmt.Sprintf("%d (%d registration, %d heartbeat)",
-				s.Registration.Errors.Total+s.Warmup.Errors.Total+s.Steady.Errors.Total,
+			Measured: fmt.Sprintf("%d (%d registration, %d heartbeat)", errs,
 				s.Registration.Errors.Total, s.Warmup.Errors.Total+s.Steady.Errors.Total),
-			Result: judge(steadyRan, s.Registration.Errors.Total+s.Warmup.Errors.Total+s.Steady.Errors.Total == 0),
+			Result: judge(steadyRan, errs == 0),
 		},
 		{
 			Name:      "false transitions",
@@ -306,57 +332,94 @@ func (s *Summary) evaluate() {
 			Measured:  falseTransitionsText(s),
 			Result:    judge(steadyRan && (s.Sweep.Done || s.FalseTransitions > 0), s.FalseTransitions == 0),
 		},
-		{
-			Name:      "peak vs no-op ceiling",
-			Threshold: fmt.Sprintf("≥ %.0f %%", TargetCeilingPercent),
-			Measured:  ratioText(s),
-			Result:    judge(s.Peak.OK > 0 && s.Ceiling.OK > 0, s.CeilingRatioPercent >= TargetCeilingPercent),
-		},
-		{
-			Name:      "service RSS growth per server",
-			Threshold: fmt.Sprintf("≤ %.1f KiB", TargetRSSKiBPerSrv),
-			Measured:  rssText(s),
-			Result:    judge(s.RSS.Measured, s.RSS.PerServerKiB <= TargetRSSKiBPerSrv),
-		},
-		{
-			Name:      "registration rate",
-			Threshold: fmt.Sprintf("≥ %s registrations/s", thousands(int64(TargetRegistrationsPerSec))),
-			Measured:  fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", s.Registration.RatePerSecond, thousands(int64(s.Registration.Registered)), s.Registration.Seconds),
-			Result:    judge(s.Registration.Registered > 0, s.Registration.RatePerSecond >= TargetRegistrationsPerSec),
-		},
 	}
+}
+
+// cpuTargets: the service's CPU per heartbeat ÷ the no-op server's per request, same run.
+func (s *Summary) cpuTargets() []Target {
 	sv, _, _, svOK, _ := s.PerHeartbeat()
 	noop, noopOK := s.NoopPerRequest()
-	cpuNoop := Target{Name: "service CPU per heartbeat ÷ no-op CPU per request", Threshold: fmt.Sprintf("≤ %.1f×", TargetCPUVsNoop), Measured: "—"}
+	t := Target{Name: "service CPU per heartbeat ÷ no-op CPU per request", Threshold: fmt.Sprintf("≤ %.1f×", TargetCPUVsNoop), Measured: "—"}
 	if svOK && noopOK {
-		cpuNoop.Measured = fmt.Sprintf("%.2f× (%.3f ms ÷ %.3f ms)", sv/noop, sv, noop)
+		t.Measured = fmt.Sprintf("%.2f× (%.3f ms ÷ %.3f ms)", sv/noop, sv, noop)
 	}
-	cpuNoop.Result = judge(svOK && noopOK, svOK && noopOK && sv/noop <= TargetCPUVsNoop)
+	t.Result = judge(svOK && noopOK, svOK && noopOK && sv/noop <= TargetCPUVsNoop)
+	return []Target{t}
+}
+
+// tracingTargets: closed-loop heartbeat throughput with tracing at 100 % and at 1 % parent-based, as
+// a share of tracing off, each after a restart of the service in the same run.
+func (s *Summary) tracingTargets() []Target {
+	out := make([]Target, 0, 2)
+	for i, tt := range []struct {
+		name string
+		min  float64
+	}{{"heartbeat throughput with tracing on at 100 % sampling vs off", TargetTracingFullPercent}, {"heartbeat throughput with tracing at 1 % parent-based vs off", TargetTracingRatioPercent}} {
+		t := Target{Name: tt.name, Threshold: fmt.Sprintf("≥ %.0f %%", tt.min), Measured: "— (no restart phases: --service-command)"}
+		p, ok := s.Tracing.ThroughputVsOff(i + 1)
+		if ok {
+			t.Measured = fmt.Sprintf("%.1f %% (%.0f vs %.0f heartbeats/s)", p, s.Tracing.Runs[i+1].Peak.RatePerSecond, s.Tracing.Runs[0].Peak.RatePerSecond)
+		} else if s.Tracing.Error != "" {
+			t.Measured = "— (" + s.Tracing.Error + ")"
+		}
+		t.Result = judge(ok, p >= tt.min)
+		out = append(out, t)
+	}
+	return out
+}
+
+// memoryTargets: RSS growth per server, and the live heap per server from the heap profile.
+func (s *Summary) memoryTargets() []Target {
+	heap := Target{Name: "live heap per server (heap profile)", Threshold: fmt.Sprintf("≤ %.1f KiB", TargetRSSKiBPerSrv), Measured: "— (no --service-pprof)"}
+	if s.Heap.Measured {
+		heap.Measured = fmt.Sprintf("%.2f KiB", s.Heap.PerServerBytes/1024)
+	} else if s.Heap.Error != "" {
+		heap.Measured = "— (" + s.Heap.Error + ")"
+	}
+	heap.Result = judge(s.Heap.Measured, s.Heap.PerServerBytes/1024 <= TargetRSSKiBPerSrv)
+	return []Target{{
+		Name:      "service RSS growth per server",
+		Threshold: fmt.Sprintf("≤ %.1f KiB", TargetRSSKiBPerSrv),
+		Measured:  rssText(s),
+		Result:    judge(s.RSS.Measured, s.RSS.PerServerKiB <= TargetRSSKiBPerSrv),
+	}, heap}
+}
+
+// startTargets: the registration rate of a whole fleet at once, and the cold start with it in PostgreSQL.
+func (s *Summary) startTargets() []Target {
+	cold := Target{Name: "cold start: serve to ready with the fleet in PostgreSQL", Threshold: fmt.Sprintf("≤ %.0f s at %s servers", TargetColdStart.Seconds(), thousands(TargetServers)),
+		Measured: "— (this run does not restart the service: --service-command)"}
+	if s.ColdStart.Measured {
+		cold.Measured = fmt.Sprintf("%.2f s at %s servers", s.ColdStart.Seconds, thousands(int64(s.ColdStart.Servers)))
+	} else if s.ColdStart.Error != "" {
+		cold.Measured = "— (" + s.ColdStart.Error + ")"
+	}
+	cold.Result = judge(s.ColdStart.Measured, s.ColdStart.Servers >= TargetServers && s.ColdStart.Seconds <= TargetColdStart.Seconds())
+	return []Target{{
+		Name:      "registration rate",
+		Threshold: fmt.Sprintf("≥ %s registrations/s", thousands(int64(TargetRegistrationsPerSec))),
+		Measured:  fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", s.Registration.RatePerSecond, thousands(int64(s.Registration.Registered)), s.Registration.Seconds),
+		Result:    judge(s.Registration.Registered > 0, s.Registration.RatePerSecond >= TargetRegistrationsPerSec),
+	}, cold}
+}
+
+// referenceTargets: against the seed's literal design, same machine, same run: peak and total CPU.
+func (s *Summary) referenceTargets() []Target {
 	peak := Target{Name: "closed-loop peak vs the naive reference", Threshold: fmt.Sprintf("≥ %.1f×", TargetPeakVsReference), Measured: "— (no reference run)"}
 	p, pOK := peakRatio(s, s.Reference)
 	if pOK {
 		peak.Measured = fmt.Sprintf("%.2f× (%.0f vs %.0f heartbeats/s)", p, s.Peak.RatePerSecond, s.Reference.Peak.RatePerSecond)
 	}
 	peak.Result = judge(pOK, p >= TargetPeakVsReference)
-	cpuRef := Target{Name: "total CPU per heartbeat vs the naive reference", Threshold: fmt.Sprintf("≤ %.2f×", TargetCPUVsReference), Measured: "— (no reference run, or CPU not measured)"}
+	cpu := Target{Name: "total CPU per heartbeat vs the naive reference", Threshold: fmt.Sprintf("≤ %.2f×", TargetCPUVsReference), Measured: "— (no reference run, or CPU not measured)"}
 	c, cOK := cpuRatio(s, s.Reference)
 	if cOK {
 		_, _, st, _, _ := s.PerHeartbeat()
 		_, _, rt, _, _ := s.Reference.PerHeartbeat()
-		cpuRef.Measured = fmt.Sprintf("%.2f× (%.3f vs %.3f ms, service + PostgreSQL)", c, st, rt)
+		cpu.Measured = fmt.Sprintf("%.2f× (%.3f vs %.3f ms, service + PostgreSQL)", c, st, rt)
 	}
-	cpuRef.Result = judge(cOK, c <= TargetCPUVsReference)
-	s.Targets = append(s.Targets, cpuNoop, peak, cpuRef,
-		Target{Name: "heartbeat throughput with tracing on (100 % / 1 % parent-based) vs off", Threshold: "≥ 85 % / ≥ 98 %",
-			Measured: "— (needs runs with each tracing configuration)", Result: ResultNotMeasured},
-		Target{Name: "cold start: serve to ready with the fleet in PostgreSQL", Threshold: "≤ 2 s at 250,000 servers",
-			Measured: "— (this run does not restart the service)", Result: ResultNotMeasured})
-	s.AllMet = true
-	for _, t := range s.Targets {
-		if t.Result != ResultMet {
-			s.AllMet = false
-		}
-	}
+	cpu.Result = judge(cOK, c <= TargetCPUVsReference)
+	return []Target{peak, cpu}
 }
 
 func falseTransitionsText(s *Summary) string {
@@ -385,166 +448,21 @@ func rssText(s *Summary) string {
 	return fmt.Sprintf("%.2f KiB", s.RSS.PerServerKiB)
 }
 
-// WriteMarkdown renders the report: run parameters, targets, every figure
-// with its unit, errors by kind, and notes.
+// WriteMarkdown renders the report: run parameters, targets, every figure with its unit, the
+// comparison with the reference, the plots, errors by kind, how to read it, and notes.
 func WriteMarkdown(w io.Writer, s *Summary) error {
 	var b strings.Builder
-	c := s.Config
-	fmt.Fprintf(&b, "# mcpfleet load report\n\n")
-	fmt.Fprintf(&b, "Run started %s against `%s`: N = %s modules, H = %s, jitter ±%s, registration ramp %s, steady phase %s, %d connections per pool, peak and ceiling %d workers × %s. %s, GOMAXPROCS %d, %d CPUs.\n\n",
-		s.StartedAt.Format(time.RFC3339), c.BaseURL, thousands(int64(c.N)), secs(c.IntervalSeconds), secs(c.JitterSeconds),
-		rampText(c.RampPerSecond), secs(c.SteadySeconds), c.Connections, c.PeakWorkers, secs(c.PeakSeconds),
-		c.GoVersion, c.GOMAXPROCS, c.NumCPU)
-	if s.LoadAverage[0] != "" {
-		fmt.Fprintf(&b, "The machine's 1-minute load average was %s at the start and %s at the end; anything else running on it shows in every figure.\n\n",
-			s.LoadAverage[0], s.LoadAverage[1])
-	}
-
-	verdict := "All targets met."
-	if !s.AllMet {
-		verdict = "Not all targets met."
-	}
-	fmt.Fprintf(&b, "## Targets\n\n%s\n\n| target | threshold | measured | result |\n|---|---|---|---|\n", verdict)
-	for _, t := range s.Targets {
-		res := t.Result
-		if res == ResultNotMet {
-			res = "**" + res + "**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(t.Name), cell(t.Threshold), cell(t.Measured), res)
-	}
-
-	fmt.Fprintf(&b, "\n## Figures\n\n| phase | figure | value | unit |\n|---|---|---|---|\n")
-	row := func(ph, fig, val, unit string) {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ph, cell(fig), val, unit)
-	}
-	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
-	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-	n := func(v uint64) string { return thousands(int64(v)) }
-
-	r := s.Registration
-	row("registration", "modules registered", thousands(int64(r.Registered)), "servers")
-	row("registration", "of which new (201) / re-registered (200)", thousands(int64(r.Created))+" / "+thousands(int64(r.Reregistered)), "servers")
-	row("registration", "duration", f1(r.Seconds), "s")
-	row("registration", "registration rate", f1(r.RatePerSecond), "registrations/s")
-	row("registration", "latency p50 / p99 / max", f2(r.P50Ms)+" / "+f2(r.P99Ms)+" / "+f2(r.MaxMs), "ms")
-	row("registration", "errors", n(r.Errors.Total), "requests")
-	row("registration", "heartbeats sent meanwhile", n(s.Warmup.OK), "heartbeats")
-	row("registration", "heartbeat errors meanwhile", n(s.Warmup.Errors.Total), "requests")
-
-	st := s.Steady
-	row("steady", "wait for the registration backlog to clear first", f1(s.SettleSeconds), "s")
-	row("steady", "duration", f1(st.Seconds), "s")
-	row("steady", "heartbeats answered 200", n(st.OK), "heartbeats")
-	row("steady", "heartbeat rate achieved", f1(st.RatePerSecond), "heartbeats/s")
-	row("steady", "heartbeat rate expected (N/H)", f1(st.ExpectedRatePerSecond), "heartbeats/s")
-	row("steady", "latency mean", f2(st.MeanMs), "ms")
-	row("steady", "latency p50", f2(st.P50Ms), "ms")
-	row("steady", "latency p90", f2(st.P90Ms), "ms")
-	row("steady", "latency p99", f2(st.P99Ms), "ms")
-	row("steady", "latency p99.9", f2(st.P999Ms), "ms")
-	row("steady", "latency max", f2(st.MaxMs), "ms")
-	row("steady", "errors", n(st.Errors.Total), "requests")
-	row("steady", "non-healthy answers, module on time (false transitions)", n(st.NonHealthyOnTime), "answers")
-	row("steady", "non-healthy answers, module late", n(st.NonHealthyLate), "answers")
-	row("steady", "client schedule lag p99 / max", f2(st.ScheduleLagP99Ms)+" / "+f2(st.ScheduleLagMaxMs), "ms")
-	row("steady", "load generator CPU", f1(s.CPU.ClientPercent), "% of one core")
-	if s.CPU.ServiceMeasured {
-		row("steady", "service CPU", f1(s.CPU.ServicePercent), "% of one core")
-	}
-	sweepVal := func(v int) string {
-		if !s.Sweep.Done {
-			return "—"
-		}
-		return thousands(int64(v))
-	}
-	row("sweep", "on-time servers seen non-healthy (false transitions)", thousands(int64(s.Sweep.OnTimeNonHealthy)), "servers")
-	row("sweep", "final sweep: this run's servers degraded", sweepVal(s.Sweep.Degraded), "servers")
-	row("sweep", "final sweep: this run's servers unhealthy", sweepVal(s.Sweep.Unhealthy), "servers")
-	row("sweep", "final sweep: of those, not heartbeated on time", sweepVal(s.Sweep.LateModules), "servers")
-	row("sweep", "final sweep: other non-healthy servers", sweepVal(s.Sweep.Foreign), "servers")
-
-	if s.Peak.Sent > 0 {
-		p := s.Peak
-		row("peak", "heartbeat rate (closed loop + steady underneath)", f1(p.RatePerSecond), "heartbeats/s")
-		row("peak", "latency p50 / p99 / max", f2(p.P50Ms)+" / "+f2(p.P99Ms)+" / "+f2(p.MaxMs), "ms")
-		row("peak", "errors", n(p.Errors.Total), "requests")
-	}
-	if s.Ceiling.Sent > 0 {
-		p := s.Ceiling
-		row("ceiling", "no-op gin server rate", f1(p.RatePerSecond), "requests/s")
-		row("ceiling", "latency p50 / p99 / max", f2(p.P50Ms)+" / "+f2(p.P99Ms)+" / "+f2(p.MaxMs), "ms")
-		row("ceiling", "errors", n(p.Errors.Total), "requests")
-	}
-	if noop, ok := s.NoopPerRequest(); ok {
-		row("ceiling", "no-op server CPU per request", fmt.Sprintf("%.3f", noop), "ms")
-	}
-	if s.Peak.OK > 0 && s.Ceiling.OK > 0 {
-		row("peak vs ceiling", "peak as a share of the no-op ceiling", f1(s.CeilingRatioPercent), "%")
-	}
-	if s.RSS.Measured {
-		row("memory", fmt.Sprintf("service RSS before registration (pid %d)", s.RSS.PID), thousands(s.RSS.BeforeKiB), "KiB")
-		row("memory", "service RSS after the steady phase", thousands(s.RSS.AfterKiB), "KiB")
-		row("memory", "RSS growth per registered server", f2(s.RSS.PerServerKiB), "KiB/server")
-	}
-	if s.Deregistration.Attempted > 0 {
-		d := s.Deregistration
-		row("deregistration", "modules deregistered", thousands(int64(d.Deregistered))+" of "+thousands(int64(d.Attempted)), "servers")
-		row("deregistration", "duration", f1(d.Seconds), "s")
-		row("deregistration", "errors", n(d.Errors.Total), "requests")
-	}
-
-	if s.CPU.ServiceMeasured || s.CPU.DatabaseMeasured {
-		sv, db, tot, svOK, dbOK := s.PerHeartbeat()
-		if svOK {
-			row("steady", "service CPU per heartbeat", fmt.Sprintf("%.3f", sv), "ms")
-		}
-		if dbOK {
-			row("steady", fmt.Sprintf("PostgreSQL CPU per heartbeat (%d backends of the service's database)", s.CPU.DatabaseBackends), fmt.Sprintf("%.3f", db), "ms")
-		}
-		if svOK && dbOK {
-			row("steady", "total CPU per heartbeat", fmt.Sprintf("%.3f", tot), "ms")
-		}
-	}
+	writeHeader(&b, s)
+	writeTargets(&b, s)
+	writeFigures(&b, s)
 	if s.Reference != nil {
 		fmt.Fprintf(&b, "\n## Against the naive reference\n\n")
 		fmt.Fprintf(&b, "The same load, after mcpfleet, against the seed's design taken literally: a gin server with a pgx pool, one `UPDATE … SET last_heartbeat_at = now()` per heartbeat and a set-based scan every H/2 marking late servers degraded and unhealthy, on a fresh database of the same PostgreSQL, with no authentication, tenancy, audit, cascade or tracing. CPU per heartbeat is the primary figure: it depends far less on what else ran on the machine than rates and latencies do.\n\n")
 		writeComparison(&b, s, s.Reference)
 	}
-
-	type errRow struct {
-		phase, kind string
-		n           uint64
-	}
-	var errs []errRow
-	for _, p := range []struct {
-		name string
-		e    ErrorSummary
-	}{
-		{"registration", s.Registration.Errors}, {"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
-		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
-		{"deregistration heartbeats", s.Tail.Errors},
-	} {
-		for _, k := range slices.Sorted(maps.Keys(p.e.ByKind)) {
-			errs = append(errs, errRow{p.name, k, p.e.ByKind[k]})
-		}
-	}
-	fmt.Fprintf(&b, "\n## Errors by kind\n\n")
-	if len(errs) == 0 {
-		fmt.Fprintf(&b, "None.\n")
-	} else {
-		slices.SortStableFunc(errs, func(a, b errRow) int { return cmp.Compare(b.n, a.n) })
-		fmt.Fprintf(&b, "| phase | kind | count |\n|---|---|---|\n")
-		for _, e := range errs {
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", e.phase, cell(e.kind), thousands(int64(e.n)))
-		}
-	}
-
-	fmt.Fprintf(&b, "\n## How to read it\n\n")
-	fmt.Fprintf(&b, "- Latency is measured by the load generator, from sending a request to reading its whole answer, for answers 2xx; it includes the client's own queueing on a machine it shares with the service.\n")
-	fmt.Fprintf(&b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
-	fmt.Fprintf(&b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", c.PeakWorkers)
-	fmt.Fprintf(&b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered.\n")
-	fmt.Fprintf(&b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
+	writePlotLinks(&b, s)
+	writeErrors(&b, s)
+	writeHowToRead(&b, s)
 	if len(s.Notes) > 0 {
 		fmt.Fprintf(&b, "\n## Notes\n\n")
 		for _, note := range s.Notes {
@@ -553,6 +471,240 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeHeader writes the title, the run's parameters and the machine's load.
+func writeHeader(b *strings.Builder, s *Summary) {
+	c := s.Config
+	fmt.Fprintf(b, "# mcpfleet load report\n\n")
+	fmt.Fprintf(b, "Run started %s against `%s`: N = %s modules, H = %s, jitter ±%s, registration ramp %s, steady phase %s, %d connections per pool, peak and ceiling %d workers × %s. %s, GOMAXPROCS %d, %d CPUs.\n\n",
+		s.StartedAt.Format(time.RFC3339), c.BaseURL, thousands(int64(c.N)), secs(c.IntervalSeconds), secs(c.JitterSeconds),
+		rampText(c.RampPerSecond), secs(c.SteadySeconds), c.Connections, c.PeakWorkers, secs(c.PeakSeconds),
+		c.GoVersion, c.GOMAXPROCS, c.NumCPU)
+	if s.LoadAverage[0] != "" {
+		fmt.Fprintf(b, "The machine's 1-minute load average was %s at the start and %s at the end; anything else running on it shows in every figure.\n\n",
+			s.LoadAverage[0], s.LoadAverage[1])
+	}
+}
+
+// writeTargets writes the verdict and the table of targets.
+func writeTargets(b *strings.Builder, s *Summary) {
+	verdict := "All targets met."
+	if !s.AllMet {
+		verdict = "Not all targets met."
+	}
+	fmt.Fprintf(b, "## Targets\n\n%s\n\n| target | threshold | measured | result |\n|---|---|---|---|\n", verdict)
+	for _, t := range s.Targets {
+		res := t.Result
+		if res == ResultNotMet {
+			res = "**" + res + "**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(t.Name), cell(t.Threshold), cell(t.Measured), res)
+	}
+}
+
+// figures is the table of figures: a row is phase, figure, value, unit.
+type figures struct{ b *strings.Builder }
+
+func (f figures) row(ph, fig, val, unit string) {
+	fmt.Fprintf(f.b, "| %s | %s | %s | %s |\n", ph, cell(fig), val, unit)
+}
+
+func f1(v float64) string             { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f2(v float64) string             { return strconv.FormatFloat(v, 'f', 2, 64) }
+func f3(v float64) string             { return strconv.FormatFloat(v, 'f', 3, 64) }
+func nf(v uint64) string              { return thousands(int64(v)) }
+func latencies(p PhaseSummary) string { return f2(p.P50Ms) + " / " + f2(p.P99Ms) + " / " + f2(p.MaxMs) }
+
+// writeFigures writes every figure of the run, phase by phase.
+func writeFigures(b *strings.Builder, s *Summary) {
+	fmt.Fprintf(b, "\n## Figures\n\n| phase | figure | value | unit |\n|---|---|---|---|\n")
+	f := figures{b}
+	registrationFigures(f, s)
+	steadyFigures(f, s)
+	sweepFigures(f, s)
+	peakFigures(f, s)
+	memoryFigures(f, s)
+	restartFigures(f, s)
+	if s.Deregistration.Attempted > 0 {
+		d := s.Deregistration
+		f.row("deregistration", "modules deregistered", thousands(int64(d.Deregistered))+" of "+thousands(int64(d.Attempted)), "servers")
+		f.row("deregistration", "duration", f1(d.Seconds), "s")
+		f.row("deregistration", "errors", nf(d.Errors.Total), "requests")
+	}
+}
+
+func registrationFigures(f figures, s *Summary) {
+	r := s.Registration
+	f.row("registration", "modules registered", thousands(int64(r.Registered)), "servers")
+	f.row("registration", "of which new (201) / re-registered (200)", thousands(int64(r.Created))+" / "+thousands(int64(r.Reregistered)), "servers")
+	f.row("registration", "duration", f1(r.Seconds), "s")
+	f.row("registration", "registration rate", f1(r.RatePerSecond), "registrations/s")
+	f.row("registration", "latency p50 / p99 / max", f2(r.P50Ms)+" / "+f2(r.P99Ms)+" / "+f2(r.MaxMs), "ms")
+	f.row("registration", "errors", nf(r.Errors.Total), "requests")
+	f.row("registration", "heartbeats sent meanwhile", nf(s.Warmup.OK), "heartbeats")
+	f.row("registration", "heartbeat errors meanwhile", nf(s.Warmup.Errors.Total), "requests")
+}
+
+func steadyFigures(f figures, s *Summary) {
+	st := s.Steady
+	f.row("steady", "wait for the registration backlog to clear first", f1(s.SettleSeconds), "s")
+	f.row("steady", "duration", f1(st.Seconds), "s")
+	f.row("steady", "heartbeats answered 200", nf(st.OK), "heartbeats")
+	f.row("steady", "heartbeat rate achieved", f1(st.RatePerSecond), "heartbeats/s")
+	f.row("steady", "heartbeat rate expected (N/H)", f1(st.ExpectedRatePerSecond), "heartbeats/s")
+	f.row("steady", "latency mean", f2(st.MeanMs), "ms")
+	f.row("steady", "latency p50", f2(st.P50Ms), "ms")
+	f.row("steady", "latency p90", f2(st.P90Ms), "ms")
+	f.row("steady", "latency p99", f2(st.P99Ms), "ms")
+	f.row("steady", "latency p99.9", f2(st.P999Ms), "ms")
+	f.row("steady", "latency max", f2(st.MaxMs), "ms")
+	f.row("steady", "errors", nf(st.Errors.Total), "requests")
+	f.row("steady", "non-healthy answers, module on time (false transitions)", nf(st.NonHealthyOnTime), "answers")
+	f.row("steady", "non-healthy answers, module late", nf(st.NonHealthyLate), "answers")
+	f.row("steady", "client schedule lag p99 / max", f2(st.ScheduleLagP99Ms)+" / "+f2(st.ScheduleLagMaxMs), "ms")
+	f.row("steady", "load generator CPU", f1(s.CPU.ClientPercent), "% of one core")
+	if s.CPU.ServiceMeasured {
+		f.row("steady", "service CPU", f1(s.CPU.ServicePercent), "% of one core")
+	}
+	sv, db, tot, svOK, dbOK := s.PerHeartbeat()
+	if svOK {
+		f.row("steady", "service CPU per heartbeat", f3(sv), "ms")
+	}
+	if dbOK {
+		f.row("steady", fmt.Sprintf("PostgreSQL CPU per heartbeat (%d backends of the service's database)", s.CPU.DatabaseBackends), f3(db), "ms")
+	}
+	if svOK && dbOK {
+		f.row("steady", "total CPU per heartbeat", f3(tot), "ms")
+	}
+}
+
+func sweepFigures(f figures, s *Summary) {
+	val := func(v int) string {
+		if !s.Sweep.Done {
+			return "—"
+		}
+		return thousands(int64(v))
+	}
+	f.row("sweep", "on-time servers seen non-healthy (false transitions)", thousands(int64(s.Sweep.OnTimeNonHealthy)), "servers")
+	f.row("sweep", "final sweep: this run's servers degraded", val(s.Sweep.Degraded), "servers")
+	f.row("sweep", "final sweep: this run's servers unhealthy", val(s.Sweep.Unhealthy), "servers")
+	f.row("sweep", "final sweep: of those, not heartbeated on time", val(s.Sweep.LateModules), "servers")
+	f.row("sweep", "final sweep: other non-healthy servers", val(s.Sweep.Foreign), "servers")
+}
+
+func peakFigures(f figures, s *Summary) {
+	if p := s.Peak; p.Sent > 0 {
+		f.row("peak", "heartbeat rate (closed loop + steady underneath)", f1(p.RatePerSecond), "heartbeats/s")
+		f.row("peak", "latency p50 / p99 / max", latencies(p), "ms")
+		f.row("peak", "errors", nf(p.Errors.Total), "requests")
+	}
+	if p := s.Ceiling; p.Sent > 0 {
+		f.row("ceiling", "no-op gin server rate", f1(p.RatePerSecond), "requests/s")
+		f.row("ceiling", "latency p50 / p99 / max", latencies(p), "ms")
+		f.row("ceiling", "errors", nf(p.Errors.Total), "requests")
+	}
+	if noop, ok := s.NoopPerRequest(); ok {
+		f.row("ceiling", "no-op server CPU per request", f3(noop), "ms")
+	}
+	if s.Peak.OK > 0 && s.Ceiling.OK > 0 {
+		f.row("peak vs ceiling", "peak as a share of the no-op ceiling", f1(s.CeilingRatioPercent), "%")
+	}
+}
+
+func memoryFigures(f figures, s *Summary) {
+	if s.RSS.Measured {
+		f.row("memory", fmt.Sprintf("service RSS before registration (pid %d)", s.RSS.PID), thousands(s.RSS.BeforeKiB), "KiB")
+		f.row("memory", "service RSS after the steady phase", thousands(s.RSS.AfterKiB), "KiB")
+		f.row("memory", "RSS growth per registered server", f2(s.RSS.PerServerKiB), "KiB/server")
+	}
+	if s.Heap.Measured {
+		f.row("memory", "live heap before registration (heap profile, after a GC)", thousands(s.Heap.BeforeBytes/1024), "KiB")
+		f.row("memory", "live heap after the steady phase (heap profile, after a GC)", thousands(s.Heap.AfterBytes/1024), "KiB")
+		f.row("memory", "live heap per registered server", f2(s.Heap.PerServerBytes/1024), "KiB/server")
+	}
+}
+
+func restartFigures(f figures, s *Summary) {
+	if s.ColdStart.Measured {
+		f.row("cold start", fmt.Sprintf("serve to ready with %s servers in PostgreSQL", thousands(int64(s.ColdStart.Servers))), f2(s.ColdStart.Seconds), "s")
+		if s.ColdStart.RSSAtReadyKiB > 0 {
+			f.row("cold start", "service RSS at ready (at rest)", thousands(s.ColdStart.RSSAtReadyKiB), "KiB")
+		}
+	}
+	for i, run := range s.Tracing.Runs {
+		ph := "tracing " + run.Name
+		f.row(ph, "serve to ready", f2(run.ReadySeconds), "s")
+		f.row(ph, "closed-loop heartbeat rate (steady underneath)", f1(run.Peak.RatePerSecond), "heartbeats/s")
+		f.row(ph, "latency p50 / p99 / max", latencies(run.Peak), "ms")
+		f.row(ph, "errors", nf(run.Peak.Errors.Total), "requests")
+		if p, ok := s.Tracing.ThroughputVsOff(i); ok && i > 0 {
+			f.row(ph, "throughput vs tracing off", f1(p), "%")
+		}
+	}
+	if s.Tracing.Measured {
+		f.row("tracing", "exports the discard collector received", thousands(s.Tracing.Exports), "requests")
+		f.row("tracing", "bytes exported", thousands(s.Tracing.ExportBytes/1024), "KiB")
+	}
+}
+
+// writePlotLinks links the SVG plots written beside the report.
+func writePlotLinks(b *strings.Builder, s *Summary) {
+	if len(s.PlotFiles) != 2 {
+		return
+	}
+	fmt.Fprintf(b, "\n## Plots\n\n")
+	fmt.Fprintf(b, "Heartbeat latency per second of the run, p50 and p99, each phase in its colour ([%s](%s)):\n\n![heartbeat latency over time](%s)\n\n", s.PlotFiles[0], s.PlotFiles[0], s.PlotFiles[0])
+	fmt.Fprintf(b, "Latency histogram of each phase ([%s](%s)):\n\n![heartbeat latency histogram per phase](%s)\n", s.PlotFiles[1], s.PlotFiles[1], s.PlotFiles[1])
+}
+
+// writeErrors writes the errors of every phase by kind, most frequent first.
+func writeErrors(b *strings.Builder, s *Summary) {
+	type errRow struct {
+		phase, kind string
+		n           uint64
+	}
+	var errs []errRow
+	phases := []struct {
+		name string
+		e    ErrorSummary
+	}{
+		{"registration", s.Registration.Errors}, {"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
+		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
+		{"deregistration heartbeats", s.Tail.Errors},
+	}
+	for _, run := range s.Tracing.Runs {
+		phases = append(phases, struct {
+			name string
+			e    ErrorSummary
+		}{"peak, tracing " + run.Name, run.Peak.Errors})
+	}
+	for _, p := range phases {
+		for _, k := range slices.Sorted(maps.Keys(p.e.ByKind)) {
+			errs = append(errs, errRow{p.name, k, p.e.ByKind[k]})
+		}
+	}
+	fmt.Fprintf(b, "\n## Errors by kind\n\n")
+	if len(errs) == 0 {
+		fmt.Fprintf(b, "None.\n")
+		return
+	}
+	slices.SortStableFunc(errs, func(a, b errRow) int { return cmp.Compare(b.n, a.n) })
+	fmt.Fprintf(b, "| phase | kind | count |\n|---|---|---|\n")
+	for _, e := range errs {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", e.phase, cell(e.kind), thousands(int64(e.n)))
+	}
+}
+
+// writeHowToRead states how each figure is measured.
+func writeHowToRead(b *strings.Builder, s *Summary) {
+	fmt.Fprintf(b, "\n## How to read it\n\n")
+	fmt.Fprintf(b, "- Latency is measured by the load generator, from sending a request to reading its whole answer, for answers 2xx; it includes the client's own queueing on a machine it shares with the service.\n")
+	fmt.Fprintf(b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
+	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", s.Config.PeakWorkers)
+	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's HeapAlloc (`/debug/pprof/heap?gc=1`, so after a collection: live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead).\n")
+	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
+	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. Each then runs the peak's closed loop again; throughput with tracing is its rate ÷ the tracing-off restart's.\n")
 }
 
 // comparisonRow is one line of the table against the reference.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -45,9 +46,11 @@ type phase struct {
 	name string
 	lat  Histogram // latency of 2xx answers
 	lag  Histogram // schedule lag of wheel beats: sent − due
-	sent atomic.Uint64
-	ok   atomic.Uint64
-	errs errorCounts
+	// series is the latency of 2xx answers per second of the run, for the plots.
+	series series
+	sent   atomic.Uint64
+	ok     atomic.Uint64
+	errs   errorCounts
 	// Non-healthy heartbeat answers, split by whether the module had been
 	// heartbeating on time (previous 2xx sent less than 2H before).
 	nonHealthyOnTime atomic.Uint64
@@ -118,6 +121,10 @@ type runner struct {
 
 	// pg reads pg_stat_activity for the CPU of ServiceDatabase's backends; nil when not measured.
 	pg *pgx.Conn
+
+	// child is the service started by the restart phases (nil before them); childExited closes when it exits.
+	child       *exec.Cmd
+	childExited chan struct{}
 }
 
 // Run performs a whole load run and returns its summary. Progress goes to
@@ -162,8 +169,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		return nil, fmt.Errorf("load run: %w", ctx.Err())
 	}
 
-	// (e) RSS before registration.
+	// (e) RSS and live heap before registration.
 	r.readRSSBefore(s)
+	r.readHeap(ctx, s, 0)
 
 	// (a) Registration; the wheel starts heartbeating each module as soon
 	// as it is registered, as a real module would.
@@ -204,12 +212,14 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	steady.finish()
 	s.Steady = summarizePhase(steady, float64(reg.summary.Registered)/cfg.Interval.Seconds())
 	s.Warmup = summarizePhase(warm, 0)
+	s.Plots = append(s.Plots, plotOf(warm), plotOf(steady))
 
 	// Final sweep, while every module is still heartbeating; then RSS.
 	r.finalSweep(ctx, s)
 	if cfg.ServicePID > 0 && s.RSS.Error == "" {
 		r.readRSSAfter(s, reg.summary.Registered)
 	}
+	r.readHeap(ctx, s, reg.summary.Registered)
 	r.logf("steady: %.0f heartbeats/s, p50 %s, p99 %s, max %s, %d errors, %d non-healthy answers on time, sweeps: %d on-time servers non-healthy; CPU: load generator %.0f %%, service %.0f %% of a core",
 		s.Steady.RatePerSecond, ms(s.Steady.P50Ms), ms(s.Steady.P99Ms), ms(s.Steady.MaxMs), s.Steady.Errors.Total,
 		s.Steady.NonHealthyOnTime, s.Sweep.OnTimeNonHealthy, s.CPU.ClientPercent, s.CPU.ServicePercent)
@@ -218,6 +228,15 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	// beating underneath; both count.
 	if cfg.PeakDuration > 0 && ctx.Err() == nil {
 		r.runPeak(ctx, s)
+	}
+	// Restarts: cold start, and the peak again with each tracing configuration.
+	if cfg.ServiceCommand != "" && cfg.PeakDuration > 0 && ctx.Err() == nil {
+		r.runRestarts(ctx, s, reg.summary.Registered)
+		defer func() {
+			if r.child != nil {
+				_ = r.stopService()
+			}
+		}()
 	}
 
 	// Deregistration; the wheel keeps the rest alive meanwhile.
@@ -232,6 +251,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	<-wheelDone
 	tail.finish()
 	s.Tail = summarizePhase(tail, 0)
+	s.Plots = append(s.Plots, plotOf(tail))
 
 	if cfg.ReferenceDatabaseURL != "" && ctx.Err() == nil {
 		s.Reference = r.runReference(ctx, reg.summary.Registered)
@@ -417,6 +437,7 @@ func (r *runner) runPeak(ctx context.Context, s *Summary) {
 		return m, m.body
 	})
 	s.Peak = summarizePhase(ph, 0)
+	s.Plots = append(s.Plots, plotOf(ph))
 	r.logf("peak: %.0f heartbeats/s, p99 %s, %d errors", s.Peak.RatePerSecond, ms(s.Peak.P99Ms), s.Peak.Errors.Total)
 	if s.Ceiling.RatePerSecond > 0 {
 		s.CeilingRatioPercent = 100 * s.Peak.RatePerSecond / s.Ceiling.RatePerSecond
@@ -599,6 +620,7 @@ func (r *runner) beatOnce(ctx context.Context, ph *phase, b *beater, m *module, 
 		return
 	}
 	ph.lat.Record(lat)
+	ph.series.record(time.Duration(sent), lat)
 	ph.ok.Add(1)
 	if m == nil {
 		return

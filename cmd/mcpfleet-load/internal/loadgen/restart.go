@@ -1,0 +1,327 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The restart phases (Config.ServiceCommand): after the peak, the service is stopped (SIGTERM) and
+// started again from Config.ServiceCommand with each tracing configuration in turn, on the same
+// database, with the run's fleet in it. Each start measures the cold start (serve to /readyz 200),
+// then the same closed-loop peak as the peak phase, steady heartbeats underneath. The first start has
+// tracing off: its time to ready is the cold-start figure, and the throughput every tracing
+// configuration is compared with. Traces go to a discard collector in this process (OTLP/HTTP, every
+// export answered 200 and dropped), so the service pays for sampling, recording and exporting spans,
+// and no collector competes with it for the machine.
+
+// TracingSummary compares the closed-loop heartbeat throughput of the service restarted with each
+// tracing configuration.
+type TracingSummary struct {
+	Measured bool         `json:"measured"`
+	Error    string       `json:"error,omitempty"`
+	Runs     []TracingRun `json:"runs,omitempty"`
+	// Exports and ExportBytes are what the discard collector received (proof that spans went out).
+	Exports     int64 `json:"exports"`
+	ExportBytes int64 `json:"export_bytes"`
+}
+
+// TracingRun is one restart of the service with one tracing configuration.
+type TracingRun struct {
+	Name         string       `json:"name"`
+	Env          []string     `json:"env,omitempty"`
+	ReadySeconds float64      `json:"ready_seconds"`
+	Peak         PhaseSummary `json:"peak"`
+}
+
+// ColdStartSummary is serve → ready with the run's fleet in PostgreSQL (a restart, a failover).
+type ColdStartSummary struct {
+	Measured      bool    `json:"measured"`
+	Servers       int     `json:"servers"`
+	Seconds       float64 `json:"seconds"`
+	RSSAtReadyKiB int64   `json:"rss_at_ready_kib,omitempty"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// tracingConfigs are the configurations compared, tracing off first.
+var tracingConfigs = []struct {
+	name string
+	env  []string // with the discard collector's endpoint added when not empty
+}{
+	{"off", nil},
+	{"100 % (always_on)", []string{"OTEL_TRACES_SAMPLER=always_on"}},
+	{"1 % parent-based", []string{"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.01"}},
+}
+
+// ThroughputVsOff returns run i's closed-loop rate ÷ the tracing-off run's, in percent.
+func (t *TracingSummary) ThroughputVsOff(i int) (float64, bool) {
+	if !t.Measured || len(t.Runs) <= i || t.Runs[0].Peak.RatePerSecond == 0 || t.Runs[i].Peak.OK == 0 {
+		return 0, false
+	}
+	return 100 * t.Runs[i].Peak.RatePerSecond / t.Runs[0].Peak.RatePerSecond, true
+}
+
+// runRestarts runs the restart phases into s.Tracing and s.ColdStart (see above). registered is the
+// fleet's size.
+func (r *runner) runRestarts(ctx context.Context, s *Summary, registered int) {
+	s.ColdStart.Servers = registered
+	collector, err := startDiscardCollector()
+	if err != nil {
+		s.Tracing.Error = err.Error()
+		s.ColdStart.Error = err.Error()
+		r.note("restart phases not run: %v", err)
+		return
+	}
+	defer collector.close()
+	idle := newPhase("restarts")
+	r.cur.Store(idle) // heartbeats failing while the service restarts count nowhere
+	for i, c := range tracingConfigs {
+		env := c.env
+		if env != nil {
+			env = append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.url}, env...)
+		}
+		r.logf("restart: the service with tracing %s (%d servers in PostgreSQL)", c.name, registered)
+		ready, err := r.restartService(ctx, env, fmt.Sprintf("%s-%d.log", r.cfg.ServiceLog, i))
+		if err != nil {
+			s.Tracing.Error = fmt.Sprintf("restart with tracing %s: %v", c.name, err)
+			if i == 0 {
+				s.ColdStart.Error = s.Tracing.Error
+			}
+			r.note("restart phases stopped: %s", s.Tracing.Error)
+			return
+		}
+		r.logf("restart: ready in %s", ready.Round(time.Millisecond))
+		if i == 0 {
+			s.ColdStart.Measured, s.ColdStart.Seconds = true, ready.Seconds()
+			if kib, err := ReadRSS(r.child.Process.Pid); err == nil {
+				s.ColdStart.RSSAtReadyKiB = kib
+			}
+		}
+		ph := newPhase("peak, tracing " + c.name)
+		r.cur.Store(ph)
+		r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(r.registeredIndexes()), r.pickRegistered())
+		r.cur.Store(idle)
+		s.Tracing.Runs = append(s.Tracing.Runs, TracingRun{Name: c.name, Env: c.env, ReadySeconds: ready.Seconds(), Peak: summarizePhase(ph, 0)})
+		s.Plots = append(s.Plots, plotOf(ph))
+		r.logf("restart: tracing %s: %.0f heartbeats/s", c.name, s.Tracing.Runs[i].Peak.RatePerSecond)
+		if ctx.Err() != nil {
+			s.Tracing.Error = ctx.Err().Error()
+			return
+		}
+	}
+	s.Tracing.Measured = true
+	s.Tracing.Exports, s.Tracing.ExportBytes = collector.requests.Load(), collector.bytes.Load()
+}
+
+// restartService stops the running service (the one of Config.ServicePID, or the child of an earlier
+// restart) and starts Config.ServiceCommand serve with this process's environment, less any OTEL
+// tracing variable, plus env; its output goes to logPath. It returns how long the new process took
+// from its start to answering /readyz 200.
+func (r *runner) restartService(ctx context.Context, env []string, logPath string) (time.Duration, error) {
+	if err := r.stopService(); err != nil {
+		return 0, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(r.cfg.ServiceCommand, "serve")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_TRACES_SAMPLER") && !strings.HasPrefix(kv, "OTEL_EXPORTER_OTLP_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // never outlive the load generator
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	r.child = cmd
+	exited := make(chan struct{})
+	r.childExited = exited
+	go func() { _ = cmd.Wait(); close(exited) }()
+	ready := r.cfg.BaseURL + "/readyz"
+	deadline := time.After(5 * time.Minute)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
+		if res, err := r.regHC.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return time.Since(start), nil
+			}
+		}
+		select {
+		case <-exited:
+			return 0, fmt.Errorf("the service exited before it was ready; see %s", logPath)
+		case <-deadline:
+			return 0, fmt.Errorf("the service was not ready after 5 min; see %s", logPath)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// stopService stops the running service with SIGTERM and waits (at most 2 min) for it to exit.
+func (r *runner) stopService() error {
+	if r.child != nil {
+		_ = r.child.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.childExited:
+		case <-time.After(2 * time.Minute):
+			_ = r.child.Process.Kill()
+			<-r.childExited
+		}
+		r.child = nil
+		return nil
+	}
+	pid := r.cfg.ServicePID
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stop the service (pid %d): %w", pid, err)
+	}
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if gone(pid) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the service (pid %d) did not exit within 2 min of SIGTERM", pid)
+}
+
+// gone reports whether process pid has exited (no such process, or a zombie its parent has not reaped).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// The state follows the command name in parentheses: "pid (comm) S …".
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// registeredIndexes returns the indexes of the modules registered now.
+func (r *runner) registeredIndexes() []int32 {
+	out := make([]int32, 0, len(r.byID))
+	for i := range r.mods {
+		if r.mods[i].state.Load() == stateRegistered {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// pickRegistered returns a closed-loop pick over the modules registered now.
+func (r *runner) pickRegistered() func(k int) (*module, []byte) {
+	registered := r.registeredIndexes()
+	return func(k int) (*module, []byte) {
+		m := &r.mods[registered[k%len(registered)]]
+		return m, m.body
+	}
+}
+
+// discardCollector is an OTLP/HTTP trace endpoint that reads every export, answers 200 and drops it.
+type discardCollector struct {
+	url      string
+	srv      *http.Server
+	requests atomic.Int64
+	bytes    atomic.Int64
+}
+
+func startDiscardCollector() (*discardCollector, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("discard collector: %w", err)
+	}
+	c := &discardCollector{url: "http://" + ln.Addr().String()}
+	c.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		n, _ := io.Copy(io.Discard, req.Body)
+		c.requests.Add(1)
+		c.bytes.Add(n)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK) // an empty ExportTraceServiceResponse: all accepted
+	})}
+	go func() { _ = c.srv.Serve(ln) }()
+	return c, nil
+}
+
+func (c *discardCollector) close() { _ = c.srv.Close() }
+
+// HeapSummary is the service's live heap, from its heap profile (Config.ServicePprof, after a GC),
+// before registration and after the steady phase.
+type HeapSummary struct {
+	Measured       bool    `json:"measured"`
+	BeforeBytes    int64   `json:"before_bytes"`
+	AfterBytes     int64   `json:"after_bytes"`
+	PerServerBytes float64 `json:"per_server_bytes"`
+	Error          string  `json:"error,omitempty"`
+}
+
+// readHeap reads the service's live heap into s.Heap: before registration (registered = 0) or after the
+// steady phase with registered servers (then the figure per server).
+func (r *runner) readHeap(ctx context.Context, s *Summary, registered int) {
+	if r.cfg.ServicePprof == "" || s.Heap.Error != "" {
+		return
+	}
+	b, err := r.readLiveHeap(ctx)
+	if err != nil {
+		s.Heap.Error = err.Error()
+		r.note("live heap not measured: %v", err)
+		return
+	}
+	if registered == 0 {
+		s.Heap.BeforeBytes = b
+		return
+	}
+	s.Heap.AfterBytes, s.Heap.Measured = b, true
+	s.Heap.PerServerBytes = float64(b-s.Heap.BeforeBytes) / float64(registered)
+}
+
+// readLiveHeap reads HeapAlloc from the service's heap profile (?gc=1: after a collection, so it is
+// the live heap) in its text form.
+func (r *runner) readLiveHeap(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.cfg.ServicePprof, "/")+"/debug/pprof/heap?debug=1&gc=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	hc := &http.Client{Timeout: time.Minute}
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("heap profile: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("heap profile: HTTP %d", res.StatusCode)
+	}
+	return parseHeapAlloc(res.Body)
+}
+
+// parseHeapAlloc finds "# HeapAlloc = N" in a heap profile's text form.
+func parseHeapAlloc(body io.Reader) (int64, error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("heap profile: %w", err)
+	}
+	return 0, errors.New("heap profile: no HeapAlloc line")
+}

@@ -1,0 +1,66 @@
+package loadgen
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestParseHeapAlloc(t *testing.T) {
+	profile := "heap profile: 1: 2 [3: 4] @ heap/1048576\n1: 2 [3: 4] @ 0x1 0x2\n\n# runtime.MemStats\n# Alloc = 123\n# TotalAlloc = 456\n# HeapAlloc = 7654321\n# Sys = 1\n"
+	if n, err := parseHeapAlloc(strings.NewReader(profile)); err != nil || n != 7654321 {
+		t.Fatalf("parseHeapAlloc = %d, %v", n, err)
+	}
+	if _, err := parseHeapAlloc(strings.NewReader("heap profile: nothing\n")); err == nil {
+		t.Fatal("a profile without HeapAlloc parsed")
+	}
+}
+
+func TestGone(t *testing.T) {
+	if gone(os.Getpid()) {
+		t.Fatal("this process is gone")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	pid := cmd.Process.Pid
+	_, _ = cmd.Process.Wait()
+	if !gone(pid) {
+		t.Fatalf("pid %d is not gone after it exited", pid)
+	}
+}
+
+func TestDiscardCollector(t *testing.T) {
+	c, err := startDiscardCollector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	res, err := http.Post(c.url+"/v1/traces", "application/x-protobuf", strings.NewReader("spans"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || c.requests.Load() != 1 || c.bytes.Load() != 5 {
+		t.Fatalf("answered %d, counted %d requests, %d bytes", res.StatusCode, c.requests.Load(), c.bytes.Load())
+	}
+}
+
+func TestThroughputVsOff(t *testing.T) {
+	s := TracingSummary{Measured: true, Runs: []TracingRun{{Peak: PhaseSummary{OK: 1, RatePerSecond: 200}}, {Peak: PhaseSummary{OK: 1, RatePerSecond: 170}}}}
+	if p, ok := s.ThroughputVsOff(1); !ok || p != 85 {
+		t.Fatalf("ThroughputVsOff(1) = %v, %v", p, ok)
+	}
+	if _, ok := s.ThroughputVsOff(2); ok {
+		t.Fatal("a run not made is measured")
+	}
+	s.Measured = false
+	if _, ok := s.ThroughputVsOff(1); ok {
+		t.Fatal("an unfinished comparison is measured")
+	}
+}
