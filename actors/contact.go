@@ -54,7 +54,7 @@ func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 
 func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.PID, now time.Time) {
 	rec := a.rec
-	a.heldEvidence()
+	a.heldEvidence(ctx)
 	t, err := rec.life.Recover(a.deps.life, now)
 	if err != nil {
 		ctx.Send(sender, &contactReply{err: ErrDeregistered})
@@ -70,7 +70,7 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 	cmd := a.transitionCmd(t)
 	a.persist(ctx, cmd, cascadeOf(t), msg.trace, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
-		a.heldEvidence()
+		a.heldEvidence(ctx)
 		if err != nil {
 			rec.life.Failed(t)
 			ctx.Send(sender, &contactReply{err: mapWriteErr(err)})

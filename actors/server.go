@@ -275,7 +275,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 // has answered.
 func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time, hb trace.Span) {
 	rec := a.rec
-	a.heldEvidence()
+	a.heldEvidence(ctx)
 	setServerAttrs(hb, rec.tenantID, rec.id, rec.key.moduleName)
 	if hb.IsRecording() {
 		hb.SetAttributes(statusAttr[rec.row.Status])
@@ -308,7 +308,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		endSpan(span, err)
 		defer endSpan(hb, err)
-		a.heldEvidence()
+		a.heldEvidence(ctx)
 		if err != nil {
 			rec.life.Failed(t)
 			ctx.Send(sender, &heartbeatReply{err: mapWriteErr(err)})
@@ -465,8 +465,9 @@ func (a *serverActor) arrivedEvidence(ctx actor.Context, now time.Time) {
 // slow write, or waiting on its own recovery's write during a database outage) is the service's stall,
 // not the module's silence: without this, a module that kept heartbeating through an outage would be
 // judged on the arrival of a heartbeat the service sat on for longer than 3H.
-func (a *serverActor) heldEvidence() {
+func (a *serverActor) heldEvidence(ctx actor.Context) {
 	a.rec.life.Evidence(a.deps.clock.Now(), a.deps.stall.Total())
+	a.arm(ctx)
 }
 
 // adopt takes a committed registration or configuration as the server's state: registered, its row, fresh
