@@ -111,6 +111,7 @@ func cmdServe(ctx context.Context, cfg service.Config, args []string, stderr io.
 	if err := cfg.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
+	setMemoryLimit()
 	return service.Run(ctx, cfg, service.Options{LogOutput: stderr})
 }
 
