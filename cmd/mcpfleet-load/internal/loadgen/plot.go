@@ -82,9 +82,9 @@ var plotColors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
 
 // svg dimensions: the plotting area sits inside margins for the axes' labels.
 const (
-	svgW, svgH              = 960, 420
-	marginL, marginR        = 70, 20
-	marginT, marginB        = 30, 60
+	svgW, svgH              = 960, 390 // svgH without the legend, which adds a line per two phases
+	marginL, marginR        = 70, 45
+	marginT, marginB        = 30, 30
 	plotW, plotH            = svgW - marginL - marginR, svgH - marginT - marginB
 	latencyFloor, latencyUp = 0.1, 10000.0 // ms: the log axis of latencies
 )
@@ -120,9 +120,17 @@ func logX(ms float64) float64 {
 	return marginL + plotW*f
 }
 
-func svgStart(b *strings.Builder, title string) {
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">`+"\n", svgW, svgH, svgW, svgH)
-	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/><text x="%d" y="18" font-size="14">%s</text>`+"\n", svgW, svgH, marginL, xmlText(title))
+// svgStart opens a plot of phases phases: the title on top, room for the legend below.
+func svgStart(b *strings.Builder, title string, phases int) {
+	h := svgH + 16*((phases+1)/2) + 8
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">`+"\n", svgW, h, svgW, h)
+	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/><text x="%d" y="18" font-size="14">%s</text>`+"\n", svgW, h, marginL, xmlText(title))
+}
+
+// legend writes phase i's entry of the legend below the plot, two to a line.
+func legend(b *strings.Builder, i int, color, label string) {
+	x, y := marginL+(i%2)*(plotW/2), svgH+(i/2)*16
+	fmt.Fprintf(b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n", x, y, color, x+16, y+10, xmlText(label))
 }
 
 func xmlText(s string) string {
@@ -132,7 +140,7 @@ func xmlText(s string) string {
 // writeLatencyPlot draws every phase's p50 (thin) and p99 (thick) latency per second over the run.
 func writeLatencyPlot(w io.Writer, phases []plotPhase) error {
 	var b strings.Builder
-	svgStart(&b, "Heartbeat latency per second of the run: p99 (thick) and p50 (thin), log scale")
+	svgStart(&b, "Heartbeat latency per second of the run: p99 (thick) and p50 (thin), log scale", len(phases))
 	lastSecond := 1
 	for _, p := range phases {
 		if n := len(p.Points); n > 0 {
@@ -163,8 +171,7 @@ func writeLatencyPlot(w io.Writer, phases []plotPhase) error {
 				fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="%.1f"/>`+"\n", strings.TrimSpace(path.String()), color, q.width)
 			}
 		}
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n",
-			marginL+(i%5)*175, svgH-30+(i/5)*14, color, marginL+(i%5)*175+16, svgH-20+(i/5)*14, xmlText(p.Name))
+		legend(&b, i, color, p.Name)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
@@ -175,7 +182,7 @@ func writeLatencyPlot(w io.Writer, phases []plotPhase) error {
 // bucket (merged into 1/8 decades), on a log latency axis, one outline per phase.
 func writeHistogramPlot(w io.Writer, phases []plotPhase) error {
 	var b strings.Builder
-	svgStart(&b, "Heartbeat latency histogram per phase: share of answers per 1/8 decade, log latency axis")
+	svgStart(&b, "Heartbeat latency histogram per phase: share of answers per 1/8 decade, log latency axis", len(phases))
 	writeLogAxis(&b, false)
 	const bins = 8 * 5 // 1/8 decades from latencyFloor to latencyUp
 	type shares [bins]float64
@@ -219,8 +226,7 @@ func writeHistogramPlot(w io.Writer, phases []plotPhase) error {
 		}
 		fmt.Fprintf(&path, "L%.1f,%.1f", logX(latencyUp), y(0))
 		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.8"/>`+"\n", path.String(), color)
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" font-size="12">%s (%s answers)</text>`+"\n",
-			marginL+(i%4)*220, svgH-30+(i/4)*14, color, marginL+(i%4)*220+16, svgH-20+(i/4)*14, xmlText(p.Name), thousands(int64(p.Hist.Count())))
+		legend(&b, i, color, fmt.Sprintf("%s (%s answers)", p.Name, thousands(int64(p.Hist.Count()))))
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())

@@ -129,6 +129,8 @@ func (r *runner) runRestarts(ctx context.Context, s *Summary, registered int) {
 // tracing variable, plus env; its output goes to logPath. It returns how long the new process took
 // from its start to answering /readyz 200.
 func (r *runner) restartService(ctx context.Context, env []string, logPath string) (time.Duration, error) {
+	r.paused.Store(true)
+	defer r.paused.Store(false)
 	if err := r.stopService(); err != nil {
 		return 0, err
 	}

@@ -125,6 +125,10 @@ type runner struct {
 	// child is the service started by the restart phases (nil before them); childExited closes when it exits.
 	child       *exec.Cmd
 	childExited chan struct{}
+	// paused drops the wheel's beats while the service restarts: a fleet backs off while its service is
+	// down, and the restart's time to ready is measured without thousands of refused connections a second
+	// competing with it for the machine.
+	paused atomic.Bool
 }
 
 // Run performs a whole load run and returns its summary. Progress goes to
@@ -599,6 +603,9 @@ var healthy = []byte(fleetclient.StatusHealthy)
 // ceiling's synthetic modules). A request cut short because ctx ended is not
 // counted.
 func (r *runner) beatOnce(ctx context.Context, ph *phase, b *beater, m *module, body []byte) {
+	if r.paused.Load() {
+		return
+	}
 	sent := r.now()
 	start := time.Now()
 	status, answer, err := b.beat(ctx, body)
