@@ -6,7 +6,7 @@ TEST_TAGS := chaos
 # staticcheck from the Go module proxy, pinned (2026.2.2 supports Go 1.26); the first run downloads and builds it
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run cluster build test test-short test-race lint vuln bench chaos chaos-short chaos-cluster fuzz jaeger jaeger-run clean
+.PHONY: run cluster build test test-short test-race lint vuln bench bench-cluster chaos chaos-short chaos-cluster fuzz jaeger jaeger-run clean
 
 ## run: the whole thing on an embedded default — PostgreSQL found or started, demo tenant, demo MCP servers
 run:
@@ -47,6 +47,11 @@ vuln:
 ## bench: the load benchmark (100,000 modules at H = 10 s); writes bench/REPORT.md
 bench: build
 	./bench/run.sh
+
+## bench-cluster: the cluster benchmark (three nodes on a private etcd, 100,000 modules, kill -9 and restart of a node,
+## then a single-node baseline on the same load); its own database mcpfleet_bench_cluster; writes bench/CLUSTER.md
+bench-cluster:
+	./bench/cluster.sh
 
 ## chaos: the out-of-process chaos suite, full schedule (~7 min): the real binary, a private PostgreSQL,
 ## kill -9, PostgreSQL stopped and restarted, SIGSTOP, actor kills, dropped heartbeats; exits 1 on any violation
