@@ -149,7 +149,7 @@ func TestReportMarksSmokeRunsAndShortfalls(t *testing.T) {
 		t.Errorf("a run of N = 5,000 for 15 s does not say it is a smoke run at the top:\n%s", head)
 	}
 	for _, want := range []string{"| steady heartbeat errors | 0 | 100 | **NOT met** |", "9.50 8.00 7.00", "It was loaded",
-		"HTTP 503 unavailable × 100", "## On paper"} {
+		"HTTP 503 unavailable × 100", "## On paper", "## What fell short", "- 100 steady heartbeat errors."} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

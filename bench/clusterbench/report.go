@@ -157,6 +157,12 @@ func (p *report) shortfalls() {
 	if r.reg.registered < r.n {
 		out = append(out, fmt.Sprintf("only %s of %s modules registered within the run's limit", count(r.reg.registered), count(r.n)))
 	}
+	if again := r.reg.registered - r.reg.created; again > 0 {
+		out = append(out, fmt.Sprintf("%s registrations of modules new to this fresh database were answered 200 (registered again), not 201: "+
+			"most likely a forwarded registration whose answer took longer than cluster.ForwardTimeout (3 s) was sent again "+
+			"(a timed-out forward is ErrNoRoute, which service/clusterfleet.go retries) and found the server its first attempt had created; "+
+			"harmless for a registration, but the retry of a request that is not idempotent can answer for the wrong attempt", count(again)))
+	}
 	if r.steady.expected > 0 && r.steady.rate < 0.99*r.steady.expected {
 		out = append(out, fmt.Sprintf("the steady rate was %.1f/s of %.1f/s", r.steady.rate, r.steady.expected))
 	}
@@ -225,7 +231,7 @@ func (p *report) figures() {
 		}
 		p.row("start", fmt.Sprintf("nodes' CPU while the cluster is empty (%s, each)", idleWindow), strings.Join(per, " / "), "% of one core")
 	}
-	p.row("registration", "modules registered (new / again)", fmt.Sprintf("%s (%s / %s)", count(r.reg.registered), count(r.reg.created), count(r.reg.registered-r.reg.created)), "servers")
+	p.row("registration", "modules registered (answered 201 new / 200 again)", fmt.Sprintf("%s (%s / %s)", count(r.reg.registered), count(r.reg.created), count(r.reg.registered-r.reg.created)), "servers")
 	p.row("registration", "duration", fmt.Sprintf("%.1f", r.reg.elapsed.Seconds()), "s")
 	p.row("registration", "rate, through every node", fmt.Sprintf("%.1f", float64(r.reg.registered)/max(r.reg.elapsed.Seconds(), 1e-9)), "registrations/s")
 	lat := slices.Clone(r.reg.lat)
