@@ -87,7 +87,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 		return
 	}
 	f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
-	pid := f.children[id]
+	pid := f.child(id)
 	if pid == nil {
 		// Forget it now: nobody else would ever register this record, and a retry brings a new id.
 		delete(f.entries, id)

@@ -22,8 +22,7 @@ import (
 // (serverRegistered, removeServer, permitMsg, armMsg).
 type fleetActor struct {
 	deps     *serverDeps
-	entries  map[uuid.UUID]*fleetEntry
-	children map[uuid.UUID]*actor.PID
+	entries  map[uuid.UUID]*fleetEntry // every server the fleet runs, with its actor's PID when one is alive
 	byModule map[moduleKey]uuid.UUID
 	removing map[uuid.UUID]bool
 	onEvent  func(event string)
@@ -50,8 +49,17 @@ type fleetEntry struct {
 	tenantID   uuid.UUID
 	key        moduleKey
 	registered bool
-	armed      int64 // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
+	armed      int64      // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
+	pid        *actor.PID // the running incarnation of its actor; nil while it is respawned
 	rec        *serverRecord
+}
+
+// child is the PID of server id's running actor, or nil.
+func (f *fleetActor) child(id uuid.UUID) *actor.PID {
+	if e := f.entries[id]; e != nil {
+		return e.pid
+	}
+	return nil
 }
 
 // serverRegistered tells the fleet that a server's first registration or configuration committed.
@@ -79,7 +87,7 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 	})
 	return actor.PropsFromProducer(func() actor.Actor {
 		f := &fleetActor{
-			deps: deps, entries: map[uuid.UUID]*fleetEntry{}, children: map[uuid.UUID]*actor.PID{},
+			deps: deps, entries: map[uuid.UUID]*fleetEntry{},
 			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, onEvent: onEvent,
 			monitor: lifecycle.NewMonitor(period, deps.stall), tenants: map[uuid.UUID]int{},
 			silence: lifecycle.NewMassSilence(ms), period: period,
@@ -123,7 +131,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *tickChunk:
 		n := min(len(msg.ids), fleetChunk)
 		for _, id := range msg.ids[:n] {
-			if pid := f.children[id]; pid != nil {
+			if pid := f.child(id); pid != nil {
 				ctx.Send(pid, &evaluateMsg{round: msg.round})
 			} else {
 				msg.round.done()
@@ -161,7 +169,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			f.deps.log.Error("fleet alert not written", "err", err)
 		}
 	case *respawnMsg:
-		if _, ok := f.entries[msg.id]; ok && f.children[msg.id] == nil {
+		if e := f.entries[msg.id]; e != nil && e.pid == nil {
 			f.spawn(ctx, msg.id)
 		}
 	}
@@ -190,7 +198,7 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 		id = newServerID(key)
 		f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
 	}
-	pid := f.children[id]
+	pid := f.child(id)
 	setServerAttrs(span, key.tenantID, id, key.moduleName)
 	if pid == nil {
 		endSpan(span, ErrUnavailable)
@@ -214,10 +222,9 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	if f.byModule[msg.key] == msg.serverID {
 		delete(f.byModule, msg.key)
 	}
-	if pid := f.children[msg.serverID]; pid != nil {
+	if e.pid != nil {
 		f.removing[msg.serverID] = true
-		delete(f.children, msg.serverID)
-		ctx.Poison(pid)
+		ctx.Poison(e.pid)
 	}
 }
 
@@ -232,10 +239,11 @@ func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
 		delete(f.removing, id)
 		return
 	}
-	if cur := f.children[id]; cur != nil && cur.Equal(msg.Who) {
-		delete(f.children, id)
+	e := f.entries[id]
+	if e != nil && e.pid != nil && e.pid.Equal(msg.Who) {
+		e.pid = nil
 	}
-	if _, ok := f.entries[id]; ok && f.children[id] == nil {
+	if e != nil && e.pid == nil {
 		f.deps.log.Warn("server actor stopped; respawning it", "server_id", id)
 		if f.onEvent != nil {
 			f.onEvent("server_actor_respawn")
@@ -254,7 +262,7 @@ func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
 		time.AfterFunc(50*time.Millisecond, func() { system.Root.Send(self, &respawnMsg{id: id}) })
 		return
 	}
-	f.children[id] = pid
+	f.entries[id].pid = pid
 }
 
 // tick does the fleet's part of a monitor tick before the fan-out: the self-health check (an automatic

@@ -32,8 +32,8 @@ type serverRecord struct {
 	life lifecycle.Server   // the health state machine: status, evidence, pending transition, flaps
 	row  persistence.Server // the committed view of the row, for answers (row.Status == life.Status())
 
-	registrationTrace  telemetry.Carrier
-	lastHeartbeatTrace telemetry.Carrier
+	registrationTrace  link
+	lastHeartbeatTrace link
 }
 
 // serverDeps is what every server actor needs.
@@ -287,7 +287,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		return
 	}
 	hbc := carrierOf(hb)
-	rec.lastHeartbeatTrace = hbc
+	rec.lastHeartbeatTrace = linkOf(hbc)
 	wall := now.UTC()
 	if t == nil { // healthy: the stamp is coalesced, the answer does not wait on PostgreSQL
 		if wall.After(rec.row.LastHeartbeatAt) {
@@ -388,9 +388,9 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 	// A monitor-driven transition has no request behind it: it starts its own trace, linked to the
 	// server's last heartbeat and its registration.
 	var links []trace.Link
-	for _, c := range []telemetry.Carrier{rec.lastHeartbeatTrace, rec.registrationTrace} {
-		if c.SpanContext.IsValid() {
-			links = append(links, trace.Link{SpanContext: c.SpanContext})
+	for _, l := range []link{rec.lastHeartbeatTrace, rec.registrationTrace} {
+		if sc := l.spanContext(); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
 	span := a.startTransitionSpan(t, links)
@@ -477,8 +477,8 @@ func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.
 	first := !a.rec.life.Registered()
 	a.rec.row = slim(row)
 	a.rec.life.Adopt(row.Status, now, a.deps.stall.Total())
-	a.rec.registrationTrace = carrier
-	a.rec.lastHeartbeatTrace = carrier
+	a.rec.registrationTrace = linkOf(carrier)
+	a.rec.lastHeartbeatTrace = a.rec.registrationTrace
 	a.arm(ctx)
 	if first {
 		ctx.Send(ctx.Parent(), &serverRegistered{serverID: a.rec.id})

@@ -192,10 +192,9 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		if f.byModule[e.key] == id {
 			delete(f.byModule, e.key)
 		}
-		if pid := f.children[id]; pid != nil {
+		if e.pid != nil {
 			f.removing[id] = true
-			delete(f.children, id)
-			pids = append(pids, pid)
+			pids = append(pids, e.pid)
 		}
 	}
 	f.deps.count.Add(-int64(len(ids)))

@@ -357,7 +357,7 @@ func newLoadedRecord(s persistence.Server) *serverRecord {
 	return &serverRecord{
 		id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
 		row:               slim(s),
-		registrationTrace: carrierFromTraceID(s.TraceID),
+		registrationTrace: linkFromTraceID(s.TraceID),
 	}
 }
 
@@ -370,17 +370,6 @@ func (f *Fleet) sendLoad(all []*serverRecord) error {
 		}
 	}
 	return nil
-}
-
-// carrierFromTraceID rebuilds a link target from a stored trace id (its span id is unknown: the
-// link names the trace).
-func carrierFromTraceID(hexID string) telemetry.Carrier {
-	tid, err := trace.TraceIDFromHex(hexID)
-	if err != nil {
-		return telemetry.Carrier{}
-	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, Remote: true})
-	return telemetry.Carrier{SpanContext: sc}
 }
 
 // ReadyAt is when the fleet finished loading: the start of restart grace.
