@@ -72,7 +72,8 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	# shellcheck disable=SC2086
 	env "${SERVE_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
 		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
-		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" ${BENCH_EXTRA:-}
+		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" \
+		--service-cpuprofile .data/bench-service-cpu.pprof ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
 	kill -TERM $PID 2>/dev/null || true
 	wait $PID 2>/dev/null || true

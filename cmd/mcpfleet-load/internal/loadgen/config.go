@@ -66,6 +66,9 @@ type Config struct {
 	// ServicePprof is the base URL of the service's profiler (MCPFLEET_PPROF_ADDR), for the live heap per
 	// server from its heap profile. Empty: not measured.
 	ServicePprof string
+	// ServiceCPUProfile, with ServicePprof, is where the service's CPU profile of the steady phase is
+	// written (go tool pprof reads it). Empty: none taken.
+	ServiceCPUProfile string
 
 	// SelfExe is the executable re-run as "noop-server" for the ceiling
 	// phase. Not a flag: Main sets it to os.Executable().
@@ -141,6 +144,7 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.ReferencePool, "reference-pool", 32, "the reference server's pgx pool size")
 	fs.StringVar(&cfg.ServiceCommand, "service-command", "", "the service's binary: with --service-pid, restart the service after the peak with each tracing configuration (cold start, tracing throughput); empty: skipped")
 	fs.StringVar(&cfg.ServiceLog, "service-log", ".data/bench-serve-restart", "output of the restarted service goes to PREFIX-<i>.log")
+	fs.StringVar(&cfg.ServiceCPUProfile, "service-cpuprofile", "", "with --service-pprof: write the service's CPU profile of the steady phase to this file")
 	fs.StringVar(&cfg.ServicePprof, "service-pprof", "", "base URL of the service's profiler (MCPFLEET_PPROF_ADDR, e.g. http://127.0.0.1:6061), for the live heap per server; empty: not measured")
 	return fs
 }

@@ -272,6 +272,53 @@ type HeapSummary struct {
 	Error          string  `json:"error,omitempty"`
 }
 
+// profileService takes the service's CPU profile for d (whole seconds, at least 1) into
+// Config.ServiceCPUProfile, if set with Config.ServicePprof; the channel closes when it is written (or
+// failed, with a note).
+func (r *runner) profileService(ctx context.Context, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	if r.cfg.ServicePprof == "" || r.cfg.ServiceCPUProfile == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		secs := max(1, int(d/time.Second))
+		ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
+		defer cancel()
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimRight(r.cfg.ServicePprof, "/"), secs)
+		err := func() error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			res, err := (&http.Client{}).Do(req)
+			if err != nil {
+				return err
+			}
+			defer res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				return fmt.Errorf("HTTP %d", res.StatusCode)
+			}
+			f, err := os.Create(r.cfg.ServiceCPUProfile)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, res.Body); err != nil {
+				_ = f.Close()
+				return err
+			}
+			return f.Close()
+		}()
+		if err != nil {
+			r.note("the service's CPU profile of the steady phase was not taken: %v", err)
+			return
+		}
+		r.note("the service's CPU profile of the steady phase is in %s (`go tool pprof -top %s`)", r.cfg.ServiceCPUProfile, r.cfg.ServiceCPUProfile)
+	}()
+	return done
+}
+
 // readHeap reads the service's live heap into s.Heap: before registration (registered = 0) or after the
 // steady phase with registered servers (then the figure per server).
 func (r *runner) readHeap(ctx context.Context, s *Summary, registered int) {

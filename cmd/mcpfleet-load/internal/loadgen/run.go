@@ -359,9 +359,11 @@ func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, regis
 	}
 	sctx, sdone := context.WithTimeout(ctx, r.cfg.Duration)
 	swept := r.sweepLoop(sctx)
+	profiled := r.profileService(ctx, r.cfg.Duration)
 	<-sctx.Done()
 	sdone()
 	<-swept
+	<-profiled
 	r.setProgress(nil)
 	el := steady.elapsed()
 	if cpu1, err := ReadCPUTime(os.Getpid()); err == nil {
