@@ -358,7 +358,7 @@ func (s *Summary) tracingTargets() []Target {
 		t := Target{Name: tt.name, Threshold: fmt.Sprintf("≥ %.0f %%", tt.min), Measured: "— (no restart phases: --service-command)"}
 		p, ok := s.Tracing.ThroughputVsOff(i + 1)
 		if ok {
-			t.Measured = fmt.Sprintf("%.1f %% (%.0f vs %.0f heartbeats/s)", p, s.Tracing.Runs[i+1].Peak.RatePerSecond, s.Tracing.Runs[0].Peak.RatePerSecond)
+			t.Measured = fmt.Sprintf("%.1f %% (%.0f vs %.0f heartbeats/s)", p, s.Tracing.Runs[i+1].Peak.RatePerSecond, s.Tracing.offRate())
 		} else if s.Tracing.Error != "" {
 			t.Measured = "— (" + s.Tracing.Error + ")"
 		}
@@ -638,7 +638,7 @@ func restartFigures(f figures, s *Summary) {
 		f.row(ph, "closed-loop heartbeat rate (steady underneath)", f1(run.Peak.RatePerSecond), "heartbeats/s")
 		f.row(ph, "latency p50 / p99 / max", latencies(run.Peak), "ms")
 		f.row(ph, "errors", nf(run.Peak.Errors.Total), "requests")
-		if p, ok := s.Tracing.ThroughputVsOff(i); ok && i > 0 {
+		if p, ok := s.Tracing.ThroughputVsOff(i); ok && run.Env != nil {
 			f.row(ph, "throughput vs tracing off", f1(p), "%")
 		}
 	}
@@ -704,7 +704,7 @@ func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", s.Config.PeakWorkers)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's HeapAlloc (`/debug/pprof/heap?gc=1`, so after a collection: live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead).\n")
 	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
-	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. Each then runs the peak's closed loop again; throughput with tracing is its rate ÷ the tracing-off restart's. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
+	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. Each then runs the peak's closed loop again; a last restart with tracing off repeats the first, and throughput with tracing is its rate ÷ the mean of the two tracing-off restarts'. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
 }
 
 // comparisonRow is one line of the table against the reference.

@@ -59,6 +59,11 @@ func TestThroughputVsOff(t *testing.T) {
 	if _, ok := s.ThroughputVsOff(2); ok {
 		t.Fatal("a run not made is measured")
 	}
+	// With the last tracing-off run, the comparison is with the mean of both.
+	s.Runs = append(s.Runs, TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: 190}}, TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: 180}})
+	if p, ok := s.ThroughputVsOff(2); !ok || p != 100 {
+		t.Fatalf("ThroughputVsOff(2) against off 200 and 180 = %v, %v", p, ok)
+	}
 	s.Measured = false
 	if _, ok := s.ThroughputVsOff(1); ok {
 		t.Fatal("an unfinished comparison is measured")
