@@ -104,7 +104,7 @@ func (pr *report) onPaper() {
 		pr.line("each heartbeat at this run's rate (less at a higher rate: the estimate below is conservative there).")
 	}
 	if p.pg > 0 {
-		pr.line("PostgreSQL spends %.4f ms per heartbeat (the batched heartbeat stamps; healthy heartbeats write nothing else).", p.pg)
+		pr.line("PostgreSQL spends %.4f ms per heartbeat (mostly the batched heartbeat stamps: a healthy heartbeat writes nothing else).", p.pg)
 	}
 	pr.line("")
 	pr.line("| nodes M | node CPU per heartbeat | heartbeats/s held | servers held at H | PostgreSQL CPU needed |")
@@ -151,9 +151,11 @@ func (pr *report) whereItStops(p paper) {
 		pr.line("3. **Membership churn**: a change moves about 1/M of the shards, but every node that gains shards loads them with a")
 		pr.line("   scan of every server of every tenant (docs/cluster.md: a per-shard query is not built), so the cost of a change")
 		pr.line("   grows with the fleet, not with the share. Here kill -9 → owned again took %.2f s for %s servers: %.2f s of etcd", r.kill.ownedAgain.Seconds(), count(r.reg.registered), etcdLease.Seconds())
-		pr.line("   lease and %.2f s of claims and loading. Scaled linearly: %.1f s at 1,000,000 servers, %.1f s at 10,000,000 — past", loadPart.Seconds(), at(1e6), at(1e7))
-		pr.line("   the stated %s bound, and with nodes joining or failing often (a rolling restart of M nodes is 2M changes) the", failoverBound)
-		pr.line("   shards in motion are judged by nobody for that long each time. A per-shard load is the fix.")
+		pr.line("   lease and %.2f s of claims and loading. Scaled linearly with the fleet: %.1f s at 1,000,000 servers, %.1f s at", loadPart.Seconds(), at(1e6), at(1e7))
+		pr.line("   10,000,000 (an upper estimate: the claims, one transaction per shard, do not grow with the fleet; the smaller")
+		pr.line("   the run, the more of that time they are). Where it passes the stated %s bound, and with nodes joining or failing", failoverBound)
+		pr.line("   often (a rolling restart of M nodes is 2M changes), the shards in motion are judged by nobody for that long each")
+		pr.line("   time. A per-shard load is the fix.")
 	} else {
 		pr.line("3. **Membership churn**: not estimated (the kill -9 phase did not complete).")
 	}
