@@ -148,6 +148,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	res, err := b.run(ctx)
 	if res != nil {
+		if err != nil {
+			res.failure = err.Error()
+		}
 		if werr := os.WriteFile(c.out, []byte(res.markdown()), 0o644); werr != nil {
 			return errors.Join(err, werr)
 		}

@@ -105,6 +105,10 @@ func (b *bench) startCluster(ctx context.Context, etcdURL string) ([]*node, erro
 		}
 		nodes = append(nodes, n)
 		b.logf("%s: pid %d, HTTP %s, cluster %s, log %s", n.name, n.pid(), n.url, n.clusterAddr, n.logPath)
+		// One after another, each serving before the next starts (as cluster_test.go does).
+		if err := waitFor(ctx, time.Minute, func() bool { return !n.alive() || n.readyz().Status != "" }); err != nil || !n.alive() {
+			return nodes, fmt.Errorf("%s did not answer /readyz (see %s): %v", n.name, n.logPath, err)
+		}
 	}
 	if _, err := b.waitSettled(ctx, nodes, 0, 2*time.Minute); err != nil {
 		return nodes, err

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -182,11 +183,17 @@ func settled(nodes []*node, servers int) (owned []readyz, ok bool, why string) {
 	slices.Sort(want)
 	seen := map[int]string{}
 	total := 0
+	var states []string
 	for _, n := range nodes {
 		r := n.readyz()
 		owned = append(owned, r)
+		states = append(states, fmt.Sprintf("%s (%s): status=%q ready=%v members=%v shards=%d servers=%d",
+			n.name, n.clusterAddr, r.Status, r.Cluster.Ready, r.Cluster.Members, len(r.Cluster.Shards), r.Cluster.ServersOwned))
+	}
+	for i, n := range nodes {
+		r := owned[i]
 		if !r.Cluster.Ready || !slices.Equal(r.Cluster.Members, want) {
-			return owned, false, fmt.Sprintf("%s: ready=%v members=%v", n.name, r.Cluster.Ready, r.Cluster.Members)
+			return owned, false, strings.Join(states, "; ")
 		}
 		for _, s := range r.Cluster.Shards {
 			if o, dup := seen[s]; dup {

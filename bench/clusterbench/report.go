@@ -87,6 +87,10 @@ func (p *report) header() {
 	r := p.r
 	p.line("# mcpfleet cluster benchmark")
 	p.line("")
+	if r.failure != "" {
+		p.line("> **THE RUN STOPPED EARLY**: %s. What it measured until then is below; the rest is missing.", r.failure)
+		p.line("")
+	}
 	if smoke, why := r.smoke(); smoke {
 		p.line("> **SMOKE RUN — not the benchmark** (%s). It shows that `make bench-cluster` works end to end; its figures", why)
 		p.line("> say nothing about capacity. The benchmark is `make bench-cluster` with its defaults on a quiet machine.")

@@ -125,5 +125,6 @@ type results struct {
 	baselineRSS   int64
 	auditBaseline int
 
-	notes []string
+	notes   []string
+	failure string // why the run stopped early; empty when it completed
 }
