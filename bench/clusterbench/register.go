@@ -23,7 +23,8 @@ type registration struct {
 	elapsed             time.Duration
 	lat                 []time.Duration
 	retries             int
-	errs                map[string]uint64
+	laterRounds         int               // rounds of trying the refused modules again
+	errs                map[string]uint64 // every refused attempt's last error, per module and round
 }
 
 // registerBody is the registration every module sends, apart from its name (the same advertisement as
@@ -38,13 +39,12 @@ func registerBody(name string) []byte {
 }
 
 // register registers every module with workers at once, module i through node i mod len(nodes), each
-// refused attempt (503 while a shard is between owners, a timeout) tried again up to 3 more times. A
-// module is heartbeated from its registration on. It stops at limit.
+// refused attempt (503 while a shard is between owners, a timeout) tried again up to 3 more times; a
+// module still refused then tries again after every other module, through the next node, as a module
+// would keep trying (up to 5 rounds). A module is heartbeated from its registration on. It stops at limit.
 func (b *bench) register(ctx context.Context, nodes []*node, workers int, limit time.Duration) registration {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	var next atomic.Int64
-	var mu sync.Mutex
 	res := registration{errs: map[string]uint64{}}
 	var registered atomic.Int64
 	start := time.Now()
@@ -53,39 +53,57 @@ func (b *bench) register(ctx context.Context, nodes []*node, workers int, limit 
 		return fmt.Sprintf("registration: %d/%d (%.0f/s)", n, len(b.d.mods), float64(n)/time.Since(start).Seconds())
 	})
 	defer stopProgress()
+	todo := make([]int, len(b.d.mods))
+	for i := range todo {
+		todo[i] = i
+	}
+	for round := 0; round < 5 && len(todo) > 0 && ctx.Err() == nil; round++ {
+		if round > 0 {
+			res.laterRounds++
+			b.logf("registration: %d modules refused, trying them again through the next node", len(todo))
+		}
+		todo = b.registerRound(ctx, nodes, workers, todo, round, &res, &registered)
+	}
+	res.elapsed = time.Since(start)
+	return res
+}
+
+// registerRound registers the modules todo (module i through node i+round mod len(nodes)) and returns
+// those refused.
+func (b *bench) registerRound(ctx context.Context, nodes []*node, workers int, todo []int, round int, res *registration, registered *atomic.Int64) []int {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var refused []int
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(b.d.mods) {
+				k := int(next.Add(1) - 1)
+				if k >= len(todo) {
 					return
 				}
-				n := nodes[i%len(nodes)]
-				lat, created, retries, kind := b.registerOne(ctx, n, i)
+				i := todo[k]
+				lat, created, retries, kind := b.registerOne(ctx, nodes[(i+round)%len(nodes)], i)
 				mu.Lock()
 				res.retries += retries
-				if kind != "" {
-					if ctx.Err() == nil {
-						res.errs[kind]++
-					}
-				} else {
+				switch {
+				case kind != "" && ctx.Err() == nil:
+					res.errs[kind]++
+					refused = append(refused, i)
+				case kind == "":
 					res.lat = append(res.lat, lat)
 					res.registered++
 					if created {
 						res.created++
 					}
-				}
-				mu.Unlock()
-				if kind == "" {
 					registered.Add(1)
 				}
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	res.elapsed = time.Since(start)
-	return res
+	return refused
 }
 
 // registerOne registers module i through n: its latency (of the attempt that succeeded), whether it was

@@ -161,6 +161,13 @@ func (p *report) shortfalls() {
 	if r.reg.registered < r.n {
 		out = append(out, fmt.Sprintf("only %s of %s modules registered within the run's limit", count(r.reg.registered), count(r.n)))
 	}
+	if r.unacknowledged > 0 {
+		out = append(out, fmt.Sprintf("%s servers exist whose every registration attempt was answered 503 (docs/cluster.md: \"503 unavailable with nothing "+
+			"recorded\"): the owner committed after the forward had given up", count(r.unacknowledged)))
+	}
+	if n := sum(r.reg.errs); n > 0 {
+		out = append(out, fmt.Sprintf("%d registration attempts refused after 4 tries (%d later rounds of trying again)", n, r.reg.laterRounds))
+	}
 	if again := r.reg.registered - r.reg.created; again > 0 {
 		out = append(out, fmt.Sprintf("%s registrations of modules new to this fresh database were answered 200 (registered again), not 201: "+
 			"most likely a forwarded registration whose answer took longer than cluster.ForwardTimeout (3 s) was sent again "+
@@ -240,7 +247,8 @@ func (p *report) figures() {
 	p.row("registration", "rate, through every node", fmt.Sprintf("%.1f", float64(r.reg.registered)/max(r.reg.elapsed.Seconds(), 1e-9)), "registrations/s")
 	lat := slices.Clone(r.reg.lat)
 	p.row("registration", "latency p50 / p99", msf(quantile(lat, 0.5))+" / "+msf(quantile(lat, 0.99)), "ms")
-	p.row("registration", "errors / attempts repeated", fmt.Sprintf("%d / %d", sum(r.reg.errs), r.reg.retries), "requests")
+	p.row("registration", "modules refused after 4 tries (then tried again later) / attempts repeated", fmt.Sprintf("%d / %d", sum(r.reg.errs), r.reg.retries), "requests")
+	p.row("registration", "servers in the database beyond the registrations answered 2xx", strconv.Itoa(r.unacknowledged), "servers")
 	p.row("registration", "heartbeats meanwhile: answered / errors", fmt.Sprintf("%s / %d", count64(r.regHeartbeats.ok), r.regHeartbeats.errors()), "heartbeats")
 	p.phaseRows("steady", r.steady, true)
 	if r.steady.sent > 0 {

@@ -105,18 +105,19 @@ type results struct {
 	cpus               int
 	load               [2]string
 
-	clusterReady  time.Duration
-	idlePercent   []float64 // each node's CPU while the cluster was empty, % of one core
-	rssStart      []int64
-	reg           registration
-	regHeartbeats phaseFigures
-	steady        phaseFigures
-	steadyCPU     cpuFigures
-	nodeFigs      []nodeFigures
-	kill          killFigures
-	sweep         sweepFigures
-	auditCluster  int
-	auditMeasured bool
+	clusterReady   time.Duration
+	idlePercent    []float64 // each node's CPU while the cluster was empty, % of one core
+	rssStart       []int64
+	reg            registration
+	unacknowledged int // servers in the database beyond the registrations answered 2xx
+	regHeartbeats  phaseFigures
+	steady         phaseFigures
+	steadyCPU      cpuFigures
+	nodeFigs       []nodeFigures
+	kill           killFigures
+	sweep          sweepFigures
+	auditCluster   int
+	auditMeasured  bool
 
 	baselineDone  bool
 	baselineReady time.Duration
