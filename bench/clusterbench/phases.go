@@ -57,16 +57,16 @@ func (b *bench) run(ctx context.Context) (*results, error) {
 	if registered < c.n {
 		b.note("%d of %d modules registered (errors %v); the run goes on with %d", registered, c.n, res.reg.errs, registered)
 	}
-	// A registration refused with 503 may still have created its server (the owner committed after the
-	// forward timed out); the nodes own what the database holds.
-	servers := b.serversInDatabase(ctx, registered)
-	if servers != registered {
-		res.unacknowledged = servers - registered
-		b.note("the database holds %d servers, %d more than registrations answered 2xx: refused registrations that created their server", servers, servers-registered)
-	}
-	owned, err := b.waitSettled(ctx, nodes, servers, 5*time.Minute)
+	// Every acknowledged server must be owned. A registration refused with 503 may still have created
+	// its server (the owner committed after the forward gave up), which a node may or may not run.
+	owned, err := b.waitSettled(ctx, nodes, registered, 5*time.Minute)
 	if err != nil {
 		return res, fmt.Errorf("after registration: %w", err)
+	}
+	res.ownedAfterReg = ownedTotal(owned)
+	res.inDatabase = b.serversInDatabase(ctx, registered)
+	if res.inDatabase != registered || res.ownedAfterReg != res.inDatabase {
+		b.note("after registration: %d registrations answered 2xx, %d servers in the database, %d run by the nodes", registered, res.inDatabase, res.ownedAfterReg)
 	}
 	b.d.setRotation(nodes, owned)
 
@@ -79,7 +79,7 @@ func (b *bench) run(ctx context.Context) (*results, error) {
 	}
 
 	if c.kill {
-		res.kill = b.killAndRestart(ctx, nodes, etcdURL, servers)
+		res.kill = b.killAndRestart(ctx, nodes, etcdURL, registered)
 		// Long enough for any false transition to show: 3H + one monitor period + 2 s.
 		ph := b.phase(ctx, "after the restart", 3*c.interval+c.monitorInterval+2*time.Second)
 		res.kill.after = summarize(ph, float64(registered)/c.interval.Seconds())
@@ -87,7 +87,7 @@ func (b *bench) run(ctx context.Context) (*results, error) {
 	b.finalSweep(ctx)
 	res.auditCluster, res.auditMeasured = b.auditTransitions(ctx)
 	if c.baseline && ctx.Err() == nil {
-		if err := b.runBaseline(ctx, nodes, servers); err != nil {
+		if err := b.runBaseline(ctx, nodes, registered); err != nil {
 			b.note("baseline: %v", err)
 		}
 	}
@@ -235,12 +235,13 @@ func (b *bench) nodeFigures(nodes []*node) []nodeFigures {
 	return out
 }
 
-// killAndRestart kills the node owning the most servers with SIGKILL (out of the balancer's rotation at
+// killAndRestart kills the node owning the most servers (of at least servers) with SIGKILL (out of the balancer's rotation at
 // the same moment), measures the time until the survivors own every server, then restarts it on the same
 // addresses and measures the time until it is ready with its share.
 func (b *bench) killAndRestart(ctx context.Context, nodes []*node, etcdURL string, servers int) killFigures {
 	var kf killFigures
 	owned, _, _ := settled(nodes, servers)
+	servers = max(servers, ownedTotal(owned)) // what the nodes ran before the kill must be run again
 	vi := 0
 	for i := range owned {
 		if owned[i].Cluster.ServersOwned > owned[vi].Cluster.ServersOwned {

@@ -161,9 +161,13 @@ func (p *report) shortfalls() {
 	if r.reg.registered < r.n {
 		out = append(out, fmt.Sprintf("only %s of %s modules registered within the run's limit", count(r.reg.registered), count(r.n)))
 	}
-	if r.unacknowledged > 0 {
+	if extra := r.inDatabase - r.reg.registered; extra > 0 {
 		out = append(out, fmt.Sprintf("%s servers exist whose every registration attempt was answered 503 (docs/cluster.md: \"503 unavailable with nothing "+
-			"recorded\"): the owner committed after the forward had given up", count(r.unacknowledged)))
+			"recorded\"): the owner committed after the forward had given up", count(extra)))
+	}
+	if idle := r.inDatabase - r.ownedAfterReg; idle > 0 && r.ownedAfterReg > 0 {
+		out = append(out, fmt.Sprintf("%s servers in the database were run by no node after registration (the nodes' servers_owned add up to %s of %s): "+
+			"a server nobody runs is monitored by nobody until a topology change loads its shard again", count(idle), count(r.ownedAfterReg), count(r.inDatabase)))
 	}
 	if n := sum(r.reg.errs); n > 0 {
 		out = append(out, fmt.Sprintf("%d registration attempts refused after 4 tries (%d later rounds of trying again)", n, r.reg.laterRounds))
@@ -248,7 +252,7 @@ func (p *report) figures() {
 	lat := slices.Clone(r.reg.lat)
 	p.row("registration", "latency p50 / p99", msf(quantile(lat, 0.5))+" / "+msf(quantile(lat, 0.99)), "ms")
 	p.row("registration", "modules refused after 4 tries (then tried again later) / attempts repeated", fmt.Sprintf("%d / %d", sum(r.reg.errs), r.reg.retries), "requests")
-	p.row("registration", "servers in the database beyond the registrations answered 2xx", strconv.Itoa(r.unacknowledged), "servers")
+	p.row("registration", "servers then in the database / run by the nodes", count(r.inDatabase)+" / "+count(r.ownedAfterReg), "servers")
 	p.row("registration", "heartbeats meanwhile: answered / errors", fmt.Sprintf("%s / %d", count64(r.regHeartbeats.ok), r.regHeartbeats.errors()), "heartbeats")
 	p.phaseRows("steady", r.steady, true)
 	if r.steady.sent > 0 {

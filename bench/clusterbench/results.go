@@ -105,19 +105,20 @@ type results struct {
 	cpus               int
 	load               [2]string
 
-	clusterReady   time.Duration
-	idlePercent    []float64 // each node's CPU while the cluster was empty, % of one core
-	rssStart       []int64
-	reg            registration
-	unacknowledged int // servers in the database beyond the registrations answered 2xx
-	regHeartbeats  phaseFigures
-	steady         phaseFigures
-	steadyCPU      cpuFigures
-	nodeFigs       []nodeFigures
-	kill           killFigures
-	sweep          sweepFigures
-	auditCluster   int
-	auditMeasured  bool
+	clusterReady  time.Duration
+	idlePercent   []float64 // each node's CPU while the cluster was empty, % of one core
+	rssStart      []int64
+	reg           registration
+	inDatabase    int // servers in the database (not deregistered) after registration
+	ownedAfterReg int // servers the nodes ran then, together
+	regHeartbeats phaseFigures
+	steady        phaseFigures
+	steadyCPU     cpuFigures
+	nodeFigs      []nodeFigures
+	kill          killFigures
+	sweep         sweepFigures
+	auditCluster  int
+	auditMeasured bool
 
 	baselineDone  bool
 	baselineReady time.Duration
