@@ -270,3 +270,54 @@ func TestRegisterSetIsIdempotent(t *testing.T) {
 		t.Errorf("counted %d servers, want 5", n)
 	}
 }
+
+// LoadServers reads the whole tenant in keyset pages — every server once, in server_id order, also when
+// the last page is full — and only that tenant's, without the capability advertisement.
+func TestLoadServersInPages(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	other := d.newTenant("other")
+	var cmds []persistence.Command
+	for i := range 9 {
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
+			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, Capabilities: []byte(`{"tools":{}}`), At: t0})
+	}
+	cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: other,
+		ModuleName: "x", Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
+	for i, err := range d.store.Commit(ctx, cmds) {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	for _, page := range []int{1, 2, 3, 4, 9, 10} {
+		restore := persistence.SetLoadPage(page)
+		var got []uuid.UUID
+		err := d.store.LoadServers(ctx, d.tenant, func(s persistence.Server) error {
+			if s.TenantID != d.tenant || s.CapabilityAdvertisement != nil || s.ModuleName == "" || len(s.SupportedProtocols) != 1 {
+				t.Errorf("page %d: loaded %+v", page, s)
+			}
+			got = append(got, s.ServerID)
+			return nil
+		})
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []uuid.UUID
+		rows, err := d.owner.Query(ctx, `SELECT server_id FROM mcp_servers WHERE tenant_id = $1 ORDER BY server_id`, d.tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, id)
+		}
+		rows.Close()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("pages of %d: loaded %v, want %v", page, got, want)
+		}
+	}
+}

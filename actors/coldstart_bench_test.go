@@ -1,0 +1,101 @@
+package actors_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/actors"
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
+)
+
+// BenchmarkColdStart measures what a restart or a failover waits for: actors.Start on a real PostgreSQL
+// holding N servers (COLDSTART_N, default 100,000; one tenant, each with a capability advertisement),
+// from the call to a ready fleet — every server's actor spawned, the skill cascade repaired. It reports
+// the time to ready per start, the CPU time this process spent in it (a figure a loaded machine changes
+// less), and the time LoadServers alone takes to read the fleet (before each start, not timed in it). A measurement, not a test: run with
+// -run '^$' -bench ColdStart -benchtime 3x (bench/REPORT.md records it).
+func BenchmarkColdStart(b *testing.B) {
+	n := 100000
+	if v, err := strconv.Atoi(os.Getenv("COLDSTART_N")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	db := pgtest.New(b)
+	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	tenant, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		b.Fatal(err)
+	}
+	owner := db.AdminPool(b)
+	conn, err := owner.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	// Seeded without the triggers (the server count, the fence flag's test): the rows are what matters here.
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols,
+			capability_advertisement, status, last_heartbeat_at, registered_at, trace_id)
+		SELECT gen_random_uuid(), $1, 'm-' || i, '1.0.0', '{2025-11-25}', '{"tools":{"listChanged":true},"logging":{}}',
+			'healthy', now(), now(), lpad(to_hex(i), 32, '0')
+		FROM generate_series(1, $2) i`, tenant, n); err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range []string{`RESET session_replication_role`, `VACUUM ANALYZE mcp_servers`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var total, read, cpu time.Duration
+	for b.Loop() {
+		start := time.Now()
+		rows := 0
+		if err := store.LoadServers(ctx, tenant, func(persistence.Server) error { rows++; return nil }); err != nil || rows != n {
+			b.Fatalf("load servers: %d rows, %v", rows, err)
+		}
+		read += time.Since(start)
+		start, cpu0 := time.Now(), processCPU()
+		f, err := actors.Start(ctx, actors.Config{ManualMonitor: true}, store, actors.Deps{Log: log})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total, cpu = total+time.Since(start), cpu+processCPU()-cpu0
+		b.StopTimer()
+		if err := f.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s-to-ready")
+	b.ReportMetric(read.Seconds()/float64(b.N), "s-to-read-alone")
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "s-cpu-to-ready")
+	b.ReportMetric(float64(n), "servers")
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
