@@ -635,6 +635,9 @@ func restartFigures(f figures, s *Summary) {
 	for i, run := range s.Tracing.Runs {
 		ph := "tracing " + run.Name
 		f.row(ph, "serve to ready", f2(run.ReadySeconds), "s")
+		f.row(ph, "first H after ready: heartbeats answered 200 / errors", nf(run.AfterReady.OK)+" / "+nf(run.AfterReady.Errors.Total), "heartbeats")
+		f.row(ph, "first H after ready: latency p50 / p99 / max", latencies(run.AfterReady), "ms")
+		f.row(ph, "first H after ready: non-healthy answers, module on time", nf(run.AfterReady.NonHealthyOnTime), "answers")
 		f.row(ph, "closed-loop heartbeat rate (steady underneath)", f1(run.Peak.RatePerSecond), "heartbeats/s")
 		f.row(ph, "latency p50 / p99 / max", latencies(run.Peak), "ms")
 		f.row(ph, "errors", nf(run.Peak.Errors.Total), "requests")
@@ -677,6 +680,9 @@ func writeErrors(b *strings.Builder, s *Summary) {
 		phases = append(phases, struct {
 			name string
 			e    ErrorSummary
+		}{"first H after ready, tracing " + run.Name, run.AfterReady.Errors}, struct {
+			name string
+			e    ErrorSummary
 		}{"peak, tracing " + run.Name, run.Peak.Errors})
 	}
 	for _, p := range phases {
@@ -704,7 +710,7 @@ func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", s.Config.PeakWorkers)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's HeapAlloc (`/debug/pprof/heap?gc=1`, so after a collection: live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead).\n")
 	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
-	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. Each then runs the peak's closed loop again; a last restart with tracing off repeats the first, and throughput with tracing is its rate ÷ the mean of the two tracing-off restarts'. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
+	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again; a last restart with tracing off repeats the first, and throughput with tracing is its rate ÷ the mean of the two tracing-off restarts'. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
 }
 
 // comparisonRow is one line of the table against the reference.

@@ -39,10 +39,13 @@ type TracingSummary struct {
 
 // TracingRun is one restart of the service with one tracing configuration.
 type TracingRun struct {
-	Name         string       `json:"name"`
-	Env          []string     `json:"env,omitempty"`
-	ReadySeconds float64      `json:"ready_seconds"`
-	Peak         PhaseSummary `json:"peak"`
+	Name         string   `json:"name"`
+	Env          []string `json:"env,omitempty"`
+	ReadySeconds float64  `json:"ready_seconds"`
+	// AfterReady is the steady schedule's heartbeats in the first H after ready, before the closed loop:
+	// every module heartbeats once, so the service's per-server caches are warm when the loop starts.
+	AfterReady PhaseSummary `json:"after_ready"`
+	Peak       PhaseSummary `json:"peak"`
 }
 
 // ColdStartSummary is serve → ready with the run's fleet in PostgreSQL (a restart, a failover).
@@ -122,13 +125,22 @@ func (r *runner) runRestarts(ctx context.Context, s *Summary, registered int) {
 				s.ColdStart.RSSAtReadyKiB = kib
 			}
 		}
+		after := newPhase("first H after ready, tracing " + c.name)
+		r.cur.Store(after)
+		select {
+		case <-ctx.Done():
+		case <-time.After(r.cfg.Interval):
+		}
+		after.finish()
 		ph := newPhase("peak, tracing " + c.name)
 		r.cur.Store(ph)
 		r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(r.registeredIndexes()), r.pickRegistered())
 		r.cur.Store(idle)
-		s.Tracing.Runs = append(s.Tracing.Runs, TracingRun{Name: c.name, Env: c.env, ReadySeconds: ready.Seconds(), Peak: summarizePhase(ph, 0)})
-		s.Plots = append(s.Plots, plotOf(ph))
-		r.logf("restart: tracing %s: %.0f heartbeats/s", c.name, s.Tracing.Runs[i].Peak.RatePerSecond)
+		s.Tracing.Runs = append(s.Tracing.Runs, TracingRun{Name: c.name, Env: c.env, ReadySeconds: ready.Seconds(),
+			AfterReady: summarizePhase(after, float64(registered)/r.cfg.Interval.Seconds()), Peak: summarizePhase(ph, 0)})
+		s.Plots = append(s.Plots, plotOf(after), plotOf(ph))
+		r.logf("restart: tracing %s: first H after ready %d errors, p99 %s; closed loop %.0f heartbeats/s", c.name,
+			s.Tracing.Runs[i].AfterReady.Errors.Total, ms(s.Tracing.Runs[i].AfterReady.P99Ms), s.Tracing.Runs[i].Peak.RatePerSecond)
 		if ctx.Err() != nil {
 			s.Tracing.Error = ctx.Err().Error()
 			return
