@@ -57,8 +57,9 @@ type Resolver interface {
 //     link-local, private (RFC 1918, IPv6 ULA), shared CGNAT space
 //     (100.64.0.0/10), unspecified or "this network" (0.0.0.0/8, ::),
 //     multicast or broadcast, IETF protocol assignments (192.0.0.0/24),
-//     benchmarking (198.18.0.0/15), reserved (240.0.0.0/4), the tunnelling
-//     prefixes IPv4-compatible (::/96), 6to4 (2002::/16) and Teredo
+//     benchmarking (198.18.0.0/15, 2001:2::/48), IPv6 discard-only (100::/64),
+//     reserved (240.0.0.0/4), the tunnelling prefixes IPv4-compatible (::/96),
+//     6to4 (2002::/16) and its relay anycast (192.88.99.0/24), Teredo
 //     (2001::/32), local-use NAT64 (64:ff9b:1::/48), documentation ranges, also when reached through NAT64 or written as an
 //     IPv4-mapped IPv6 address — is refused unless the host name or that
 //     address is on Allow;
@@ -247,6 +248,9 @@ var specialRanges = []struct {
 	{netip.MustParsePrefix("2001::/32"), "Teredo relay"},
 	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment"},
 	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("2001:2::/48"), "benchmarking"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},             // RFC 6666
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast"}, // RFC 7526: what it reaches is the nearest relay's choice
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"}, // RFC 8215: what it reaches is the local translator's choice
 	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
