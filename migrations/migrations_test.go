@@ -91,3 +91,56 @@ func TestMigration0015CorrectsOrigins(t *testing.T) {
 		t.Errorf("tool changes after the migration: %v", got)
 	}
 }
+
+// Migration 0019 on a database as release 0018 left it: a server configured without a version (its
+// mcp.server.registered audit event has version ”, which no registration can send) that a module's
+// re-registration had made look self-registered becomes 'admin', whatever its import and authentication; a
+// self-registered server stays 'module', also one an operator gave a data class and switched approval off on.
+func TestMigration0019CorrectsOrigins(t *testing.T) {
+	db := pgtest.NewAt(t, 18)
+	ctx := context.Background()
+	owner := db.AdminPool(t)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := owner.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	tenant := uuid.New()
+	exec(`INSERT INTO tenants (tenant_id, name) VALUES ($1, 'acme')`, tenant)
+	servers := map[string]struct {
+		firstVersion string // of the server's first mcp.server.registered event
+		origin       string // as 0015 left it
+		want         string
+	}{
+		"configured, re-registered": {firstVersion: "", origin: "module", want: "admin"},
+		"self-registered":           {firstVersion: "1.0.0", origin: "module", want: "module"},
+		"configured":                {firstVersion: "", origin: "admin", want: "admin"},
+	}
+	ids := map[string]uuid.UUID{}
+	for name, s := range servers {
+		id := uuid.New()
+		ids[name] = id
+		exec(`INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols, status,
+				last_heartbeat_at, registered_at)
+			VALUES ($1, $2, $3, '2.0.0', '{2025-11-25}', 'healthy', now(), now())`, id, tenant, name)
+		exec(`INSERT INTO server_config (server_id, tenant_id, endpoint, data_class, requires_approval, origin)
+			VALUES ($1, $2, 'https://example.com/mcp', 'internal', false, $3)`, id, tenant, s.origin)
+		for _, v := range []string{s.firstVersion, "2.0.0"} {
+			exec(`INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, occurred_at)
+				VALUES ($1, $2, 'mcp.server.registered', $3, $4, $5, 'healthy', now())`, uuid.New(), tenant, id, name, v)
+		}
+	}
+	if _, err := migrations.Up(ctx, db.AdminURL); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range servers {
+		var origin string
+		if err := owner.QueryRow(ctx, `SELECT origin FROM server_config WHERE server_id = $1`, ids[name]).Scan(&origin); err != nil {
+			t.Fatal(err)
+		}
+		if origin != s.want {
+			t.Errorf("%s: origin %s, want %s", name, origin, s.want)
+		}
+	}
+}
