@@ -154,6 +154,13 @@ func TestReportMarksSmokeRunsAndShortfalls(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
+	if strings.Contains(md, "fell behind its schedule") {
+		t.Error("a run whose client kept its schedule is said to have fallen behind")
+	}
+	r.steady.lagP99 = 5 * time.Second // H/2: modules heartbeat late, their transitions are no false alarm
+	if md := r.markdown(); !strings.Contains(md, "fell behind its schedule") {
+		t.Error("a run whose client lagged 5 s at H = 10 s does not say so")
+	}
 	r.n, r.duration, r.kill.done, r.baselineDone = fullN, fullDuration, true, true
 	if smoke, why := r.smoke(); smoke {
 		t.Errorf("a full run is called a smoke run: %s", why)

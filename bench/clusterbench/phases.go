@@ -295,15 +295,17 @@ func (b *bench) killAndRestart(ctx context.Context, nodes []*node, etcdURL strin
 	return kf
 }
 
-// finalSweep lists the fleet's non-healthy servers through the first node.
+// finalSweep lists the fleet's non-healthy servers through the first node, and which of them belong to a
+// module heartbeated on time (its last 200 sent less than 2H ago): those are false transitions.
 func (b *bench) finalSweep(ctx context.Context) {
 	res := b.res
-	byID := make(map[string]bool, len(b.d.mods))
+	byID := make(map[string]*module, len(b.d.mods))
 	for i := range b.d.mods {
 		if b.d.mods[i].registered.Load() {
-			byID[b.d.mods[i].id] = true
+			byID[b.d.mods[i].id] = &b.d.mods[i]
 		}
 	}
+	now := b.d.now()
 	fc := fleetclient.New(b.d.rotationURL(), b.c.readKey, fleetclient.WithHTTPClient(b.regHC))
 	for _, st := range []fleetclient.Status{fleetclient.StatusDegraded, fleetclient.StatusUnhealthy} {
 		for s, err := range fc.AllServers(ctx, fleetclient.ListOptions{Status: st, Limit: 1000}) {
@@ -312,9 +314,15 @@ func (b *bench) finalSweep(ctx context.Context) {
 				b.note("final sweep: %v", err)
 				return
 			}
+			m := byID[s.ServerID]
 			switch {
-			case !byID[s.ServerID]:
+			case m == nil:
 				res.sweep.foreign++
+				continue
+			case now-m.lastOK.Load() < int64(2*b.c.interval):
+				res.sweep.onTime++ // its module's last heartbeat was answered less than 2H ago
+			}
+			switch {
 			case st == fleetclient.StatusDegraded:
 				res.sweep.degraded++
 			default:

@@ -94,6 +94,7 @@ type sweepFigures struct {
 	done                         bool
 	err                          string
 	degraded, unhealthy, foreign int
+	onTime                       int // of degraded + unhealthy: modules heartbeated on time
 }
 
 // results is everything a run measured.
