@@ -431,13 +431,6 @@ func falseTransitionsText(s *Summary) string {
 	return t
 }
 
-func ratioText(s *Summary) string {
-	if s.Peak.OK == 0 || s.Ceiling.OK == 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%.1f %% (%.0f of %.0f per second)", s.CeilingRatioPercent, s.Peak.RatePerSecond, s.Ceiling.RatePerSecond)
-}
-
 func rssText(s *Summary) string {
 	if !s.RSS.Measured {
 		if s.RSS.Error != "" {
