@@ -9,7 +9,7 @@
 # live heap per server), BENCH_PG (superuser base URL of a PostgreSQL
 # server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_REFERENCE (1: after
 # mcpfleet, drive the naive reference server with the same load on its own fresh database and report both; 0
-# skips it), BENCH_EXTRA (more mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
+# skips it), BENCH_MAX_RUNTIME (the whole load run's limit, 60m), BENCH_EXTRA (more mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${BENCH_N:-100000}
@@ -73,7 +73,7 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	env "${SERVE_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
 		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
 		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" \
-		--service-cpuprofile .data/bench-service-cpu.pprof ${BENCH_EXTRA:-}
+		--service-cpuprofile .data/bench-service-cpu.pprof --max-runtime "${BENCH_MAX_RUNTIME:-60m}" ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
 	kill -TERM $PID 2>/dev/null || true
 	wait $PID 2>/dev/null || true
