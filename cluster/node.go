@@ -9,7 +9,9 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +28,8 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/mcpfleet/mcpfleet/shard"
@@ -65,8 +69,18 @@ const etcdBaseKey = "/mcpfleet"
 // than a rejoin takes (protoactor's graceful shutdown sleeps 2 s, its start 1 s).
 const rejoinSettle = 5 * time.Second
 
-// reassertInterval is how often the node hands Ownership its shards again although nothing changed.
-const reassertInterval = 5 * time.Second
+// reassertInterval is how often the node hands Ownership its shards again although nothing changed
+// (only while its view of the members is fresh, see viewFresh).
+const reassertInterval = 2 * time.Second
+
+// viewFresh is how old the node's last successful read of the members may be for the node to act on
+// it by itself (re-claim a shard its fleet gave up): etcd's lease TTL. An older view is kept — nobody
+// can change the members without etcd either, and PostgreSQL's epochs fence a node that others took
+// shards from — but never re-asserted.
+const viewFresh = 3 * time.Second
+
+// readTimeout bounds one read of the members from etcd.
+const readTimeout = 2 * time.Second
 
 // leaveTimeout bounds protoactor's part of leaving (its graceful shutdown sleeps 2 s).
 const leaveTimeout = 5 * time.Second
@@ -90,9 +104,16 @@ type Node struct {
 	etcd    *clientv3.Client
 	slots   chan struct{}
 
-	mu      sync.Mutex
-	member  *member
-	selfIn  bool // our membership key is in etcd (the watchdog's last verdict)
+	mu     sync.Mutex
+	member *member
+	selfIn bool // our membership key is in etcd (the watchdog's last verdict)
+	// others is the other members' addresses as the last successful read of etcd listed them, and
+	// seenAt when that read was sent. The shard map is computed from these, not from protoactor's
+	// member list: that list can drift from etcd for good (a watch restarted after an error loses the
+	// events between; a member whose key was deleted and put again stays blocked), and two nodes whose
+	// maps differ both claim the shards they disagree on, back and forth.
+	others  []string
+	seenAt  time.Time
 	owners  [shard.Count]string
 	applied []int // the shards Ownership last accepted
 	ready   bool  // Ownership accepted the shards of a topology that includes this node
@@ -104,6 +125,7 @@ type Node struct {
 	holdGains time.Time
 
 	kick chan struct{}
+	look chan struct{} // asks the watchdog to read the members now (protoactor saw the topology change)
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -114,7 +136,7 @@ type member struct {
 	system *actor.ActorSystem
 	c      *pcluster.Cluster
 	key    string
-	topo   []string // other members' addresses, as this incarnation's last topology event listed them (guarded by Node.mu)
+	rev    int64 // the CreateRevision of key as first read (guarded by Node.mu; 0: not read yet)
 }
 
 // Start joins the cluster and returns once this node is a member and Ownership accepted its first
@@ -128,7 +150,7 @@ func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*
 		cfg.WatchdogInterval = time.Second
 	}
 	n := &Node{cfg: cfg, log: cfg.Log.With("component", "cluster", "node", cfg.Addr), handler: handler, apply: apply,
-		slots: make(chan struct{}, maxInFlight), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		slots: make(chan struct{}, maxInFlight), kick: make(chan struct{}, 1), look: make(chan struct{}, 1), stop: make(chan struct{})}
 	if err := checkEtcd(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -138,13 +160,24 @@ func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*
 	}
 	// The watchdog's client is made only now: protoactor's remote start replaces gRPC's global logger,
 	// which races with any gRPC connection already logging (one made before it, like this one).
-	n.etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	n.etcd, err = clientv3.New(etcdConfig(cfg.Etcd))
 	if err != nil {
 		m.c.Shutdown(true)
 		return nil, fmt.Errorf("cluster: etcd client: %w", err)
 	}
+	// The first shard map needs the members: read them before the loops start.
+	v, err := n.read(ctx, m)
+	if err == nil && !v.present {
+		err = errors.New("this node's membership key is not in etcd after joining")
+	}
+	if err != nil {
+		m.c.Shutdown(true)
+		_ = n.etcd.Close()
+		return nil, fmt.Errorf("cluster: read the members: %w", err)
+	}
 	n.mu.Lock()
 	n.member, n.selfIn = m, true
+	n.take(m, v)
 	n.mu.Unlock()
 	n.wg.Add(2)
 	go n.applyLoop()
@@ -165,7 +198,7 @@ func Start(ctx context.Context, cfg Config, handler Handler, apply Ownership) (*
 
 // checkEtcd fails unless etcd answers within 5 s; its client is closed before it returns (see Start).
 func checkEtcd(ctx context.Context, cfg Config) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()})
+	cli, err := clientv3.New(etcdConfig(cfg.Etcd))
 	if err != nil {
 		return fmt.Errorf("cluster: etcd client: %w", err)
 	}
@@ -194,12 +227,12 @@ func (n *Node) startMember() (m *member, err error) {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
 		actor.WithDeadLetterRequestLogging(false),
 	)
-	provider := &lazyProvider{cfg: clientv3.Config{Endpoints: n.cfg.Etcd, DialTimeout: 5 * time.Second, Logger: nopZap()}}
+	provider := &lazyProvider{cfg: etcdConfig(n.cfg.Etcd)}
 	c := pcluster.New(system, pcluster.Configure(n.cfg.Name, provider, disthash.New(), remote.Configure(host, port)))
 	m = &member{system: system, c: c, key: fmt.Sprintf("%s/%s/%s@%s", etcdBaseKey, n.cfg.Name, n.cfg.Name, system.ID)}
 	system.EventStream.Subscribe(func(ev any) {
-		if t, ok := ev.(*pcluster.ClusterTopology); ok {
-			n.topology(m, t)
+		if _, ok := ev.(*pcluster.ClusterTopology); ok {
+			n.lookNow()
 		}
 	})
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.route(system)), routerName); err != nil {
@@ -225,27 +258,66 @@ func (n *Node) startMember() (m *member, err error) {
 	return m, nil
 }
 
-// topology records the members m's last topology event lists (other than this node's address).
-func (n *Node) topology(m *member, t *pcluster.ClusterTopology) {
-	var addrs []string
-	for _, mem := range t.Members {
-		if a := net.JoinHostPort(mem.Host, strconv.Itoa(int(mem.Port))); a != n.cfg.Addr {
-			addrs = append(addrs, a)
-		}
-	}
-	slices.Sort(addrs)
-	n.mu.Lock()
-	m.topo = addrs
-	n.mu.Unlock()
-	n.poke()
+// view is one read of the members from etcd.
+type view struct {
+	others  []string  // the other members' addresses (keys of this node's own address left out), sorted
+	present bool      // the incarnation's own key is there
+	rev     int64     // its CreateRevision
+	sent    time.Time // when the read was sent
 }
 
-// others returns the other members the current incarnation sees. n.mu must be held.
-func (n *Node) others() []string {
-	if n.member == nil {
-		return nil
+// read lists the members in etcd: every key under the cluster's prefix is one (its value is the etcd
+// provider's JSON of the member, with its host and port).
+func (n *Node) read(ctx context.Context, m *member) (view, error) {
+	v := view{sent: time.Now()}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	resp, err := n.etcd.Get(ctx, etcdBaseKey+"/"+n.cfg.Name+"/", clientv3.WithPrefix())
+	if err != nil {
+		return v, err
 	}
-	return slices.Clone(n.member.topo)
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == m.key {
+			v.present, v.rev = true, kv.CreateRevision
+			continue
+		}
+		var mem struct {
+			Host    string `json:"host"`
+			Address string `json:"address"`
+			Port    int    `json:"port"`
+		}
+		if json.Unmarshal(kv.Value, &mem) != nil || mem.Port <= 0 {
+			continue
+		}
+		host := cmp.Or(mem.Host, mem.Address)
+		if a := net.JoinHostPort(host, strconv.Itoa(mem.Port)); a != n.cfg.Addr { // an earlier incarnation's key, still there
+			v.others = append(v.others, a)
+		}
+	}
+	slices.Sort(v.others)
+	v.others = slices.Compact(v.others)
+	return v, nil
+}
+
+// take records read v of incarnation m (its own key there) and reports whether the members changed.
+// n.mu must be held.
+func (n *Node) take(m *member, v view) bool {
+	if m.rev == 0 {
+		m.rev = v.rev
+	}
+	changed := !n.selfIn || !slices.Equal(v.others, n.others)
+	n.selfIn, n.others, n.seenAt = true, v.others, v.sent
+	return changed
+}
+
+// others returns the other members as last read from etcd. n.mu must be held.
+func (n *Node) othersLocked() []string { return slices.Clone(n.others) }
+
+func (n *Node) lookNow() {
+	select {
+	case n.look <- struct{}{}:
+	default:
+	}
 }
 
 func (n *Node) poke() {
@@ -275,7 +347,11 @@ func (n *Node) applyLoop() {
 			force = true
 		}
 		n.mu.Lock()
-		members := n.others()
+		if force && time.Since(n.seenAt) > viewFresh {
+			n.mu.Unlock()
+			continue // etcd not read lately: keep what we hold, take nothing back on an old view
+		}
+		members := n.othersLocked()
 		if n.selfIn && !n.leaving {
 			members = append(members, n.cfg.Addr)
 		}
@@ -312,12 +388,17 @@ func (n *Node) applyLoop() {
 	}
 }
 
-// watchdog checks, every WatchdogInterval, that this node's membership key is in etcd. protoactor's
-// etcd provider puts the key back after a lease expired (an etcd outage longer than the 3 s TTL) but
-// then skips its own key in the watch, so it never re-adds itself to its member list (upstream #1133),
-// and the other members keep the old member id blocked. The watchdog does not trust that list about
-// this node: while the key is present the node counts itself a member; once the key is gone, the node
-// owns nothing, leaves that incarnation and joins again under a new member id.
+// watchdog reads the members from etcd every WatchdogInterval (and at once when protoactor reports a
+// topology change): they are the shard map's input (see Node.others). It also checks this node's own
+// membership key. protoactor's etcd provider puts the key back after its lease expired (an etcd outage
+// longer than the 3 s TTL) but then skips its own key in the watch, so it never re-adds itself to its
+// member list (upstream #1133), and the other members saw the key deleted and block that member id for
+// good. So the watchdog does not trust that list about this node: while the key is there, first seen
+// at the same revision, the node counts itself a member; once the key is gone, or was deleted and put
+// again (a later CreateRevision: the others blocked us meanwhile), the node owns nothing, leaves that
+// incarnation and joins again under a new member id. While etcd does not answer, the node keeps its
+// last view and what it owns (nobody can change the members either; a node that others took shards
+// from meanwhile learns it from PostgreSQL's fence at its next write or heartbeat stamp).
 func (n *Node) watchdog() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.WatchdogInterval)
@@ -327,6 +408,7 @@ func (n *Node) watchdog() {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.look:
 		}
 		n.mu.Lock()
 		m, leaving := n.member, n.leaving
@@ -334,27 +416,31 @@ func (n *Node) watchdog() {
 		if leaving || m == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := n.etcd.Get(ctx, m.key, clientv3.WithCountOnly())
-		cancel()
+		v, err := n.read(context.Background(), m)
 		if err != nil {
-			continue // etcd unreachable: nobody can change the topology either; keep what we own
+			continue // etcd unreachable: keep the last view and what we own
 		}
-		if resp.Count > 0 {
-			n.mu.Lock()
-			changed := !n.selfIn
-			n.selfIn = true
-			n.mu.Unlock()
+		n.mu.Lock()
+		lost := !v.present || (m.rev != 0 && v.rev != m.rev)
+		changed := false
+		if !lost {
+			changed = n.take(m, v)
+		} else {
+			n.selfIn, n.ready = false, false
+			n.others, n.seenAt = v.others, v.sent
+		}
+		n.mu.Unlock()
+		if !lost {
 			if changed {
 				n.poke()
 			}
 			continue
 		}
-		n.log.Warn("this node's membership key is gone from etcd (its lease expired): giving up every shard and joining again")
-		n.mu.Lock()
-		n.selfIn = false
-		n.ready = false
-		n.mu.Unlock()
+		if v.present {
+			n.log.Warn("this node's membership key was deleted and put again in etcd (its lease expired; the others block this member id): giving up every shard and joining again")
+		} else {
+			n.log.Warn("this node's membership key is gone from etcd (its lease expired): giving up every shard and joining again")
+		}
 		n.poke()
 		n.rejoin(m)
 	}
@@ -372,8 +458,14 @@ func (n *Node) rejoin(old *member) {
 	for {
 		m, err := n.startMember()
 		if err == nil {
+			v, rerr := n.read(context.Background(), m)
 			n.mu.Lock()
-			n.member, n.selfIn = m, true
+			n.member = m
+			if rerr == nil && v.present {
+				n.take(m, v)
+			} else {
+				n.selfIn = true // the key was put by the join; its revision is taken at the next read
+			}
 			n.rejoins++
 			n.holdGains = time.Now().Add(rejoinSettle)
 			n.mu.Unlock()
@@ -466,7 +558,7 @@ type Status struct {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	members := n.others()
+	members := n.othersLocked()
 	if n.selfIn && !n.leaving {
 		members = append(members, n.cfg.Addr)
 	}
@@ -549,6 +641,17 @@ func (l *lazyProvider) Shutdown(graceful bool) error {
 		return nil
 	}
 	return l.p.Shutdown(graceful)
+}
+
+// etcdConfig is the configuration of every etcd client of the node (the provider's, the watchdog's).
+// gRPC's default reconnect backoff grows to 120 s: after a 30 s etcd outage a client would stay away
+// for many seconds after etcd is back, its lease expiring meanwhile; a 1 s cap keeps that short.
+func etcdConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: nopZap(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})}}
 }
 
 // nopZap silences the etcd client's own logger (zap); the node logs what matters through slog.
