@@ -41,7 +41,7 @@ func TestInterruptRunningOnlyTouchesGoneNodes(t *testing.T) {
 		VALUES ($1, $2, 'run-legacy', $3, 't', '{}', 'running', $4, now())`, legacy, d.tenant, srv, uuid.New())
 	calls["legacy"] = legacy
 	for _, node := range []string{"live", "stale"} {
-		if err := stores["self"].TouchNode(ctx, node, time.Now()); err != nil {
+		if err := stores["self"].TouchNode(ctx, persistence.ClusterNode{Node: node, Addr: "10.0.0.1:7101", Shards: 3, Servers: 7, StartedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestInterruptRunningOnlyTouchesGoneNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, err := stores["self"].ClusterNodes(ctx)
-	if err != nil || len(live) != 1 || live[0].Node != "live" {
+	if err != nil || len(live) != 1 || live[0].Node != "live" || live[0].Addr != "10.0.0.1:7101" || live[0].Shards != 3 || live[0].Servers != 7 {
 		t.Fatalf("live nodes: %+v %v", live, err)
 	}
 

@@ -134,7 +134,11 @@ const touchInterval = persistence.NodeLease / 3
 // only once it has not been seen for NodeLease.
 func (s *Service) startTouching(ctx context.Context) error {
 	started := time.Now()
-	if err := s.store.TouchNode(ctx, s.node, started); err != nil {
+	self := func() persistence.ClusterNode {
+		return persistence.ClusterNode{Node: s.node, Addr: s.member.Status().Self, StartedAt: started,
+			Shards: len(s.fleet.Owned()), Servers: s.fleet.OwnedServers()}
+	}
+	if err := s.store.TouchNode(ctx, self()); err != nil {
 		return fmt.Errorf("cluster: record this node: %w", err)
 	}
 	s.touchStop, s.touchDone = make(chan struct{}), make(chan struct{})
@@ -149,7 +153,7 @@ func (s *Service) startTouching(ctx context.Context) error {
 			case <-t.C:
 			}
 			c, cancel := context.WithTimeout(context.Background(), touchInterval)
-			if err := s.store.TouchNode(c, s.node, started); err != nil {
+			if err := s.store.TouchNode(c, self()); err != nil {
 				s.log.Warn("could not renew this node's row in cluster_nodes", "err", err)
 			}
 			cancel()

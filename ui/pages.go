@@ -158,6 +158,8 @@ type overviewView struct {
 	Flash         *flash
 	Calls         *callsView // nil: no call gateway
 	Strip         stripView  // the tenant's counts by status over the last 24 hours
+	Clustered     bool       // cluster mode: the nodes panel and the owner node column are shown
+	Nodes         []nodeView
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,128}$`)
@@ -217,12 +219,18 @@ func (u *UI) overview(c *gin.Context, s *session) {
 		u.fail(c, s, status, msg, err)
 		return
 	}
+	cl := u.cluster(ctx)
+	if cl.clustered() {
+		v.Clustered, v.Nodes = true, cl.nodes
+	}
 	for _, srv := range snap.Servers {
 		d, ok := descs[srv.ServerID]
 		if !ok {
 			d = remote.Description{Config: persistence.DefaultServerConfig(srv.TenantID, srv.ServerID)}
 		}
-		v.Rows = append(v.Rows, viewRow(srv, d))
+		row := viewRow(srv, d)
+		row.Owner = cl.owner(srv.ServerID)
+		v.Rows = append(v.Rows, row)
 	}
 	base := overviewQuery(v.Status, v.Prefix, v.Sort)
 	for _, st := range statusOrder {
@@ -373,6 +381,7 @@ func compactJSON(raw json.RawMessage) string {
 
 type cardView struct {
 	ID                uuid.UUID
+	Owner             string // cluster mode: the node that runs the server ("" on a single node)
 	Module            string
 	Version           string
 	Protocols         string
@@ -502,6 +511,7 @@ func (u *UI) renderCard(c *gin.Context, s *session, id uuid.UUID, status int, re
 		FlapThreshold: u.cfg.FlapThreshold, Flapping: hist.Transitions >= u.cfg.FlapThreshold, Report: report,
 	}
 	v.Auth, v.AuthUnsupported = authText(k)
+	v.Owner = u.cluster(ctx).owner(id)
 	initial, changes := windowChanges(win)
 	v.Strip = viewServerStrip(serverSpans(initial, changes, now.Add(-stripWindow), now), now.Add(-stripWindow), now)
 	if win.Truncated {

@@ -59,6 +59,10 @@ type Store interface {
 	FleetStatusFlows(ctx context.Context, tenantID uuid.UUID, from time.Time, width time.Duration) ([]persistence.StatusFlow, error)
 	LastImportEvent(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.LastImport, bool, error)
 	LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (persistence.EventCursor, error)
+	// ClusterNodes and ShardOwners are the cluster's live nodes and each shard's owner, for the fleet
+	// page's nodes panel and the servers' owner node (shown only when some node is live: cluster mode).
+	ClusterNodes(ctx context.Context) ([]persistence.ClusterNode, error)
+	ShardOwners(ctx context.Context) ([]persistence.ShardOwner, error)
 }
 
 // Remote is what the dashboard needs of the MCP client side.

@@ -296,6 +296,7 @@ type serverRow struct {
 	LastContact   string
 	Evidence      string
 	Enabled       bool
+	Owner         string // cluster mode: the node that runs the server
 }
 
 func viewRow(srv persistence.Server, d remote.Description) serverRow {
