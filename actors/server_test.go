@@ -402,6 +402,43 @@ func TestTickStallExtendsDeadlines(t *testing.T) {
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
 
+// TestTakenShardDiscountsOnlyLaterStalls: a cluster node whose monitor stalled (paused, cut off) and
+// that later takes a shard restores its servers with grace from the takeover; the stall from before
+// the takeover does not extend their deadline, so a silent one is unhealthy 3H after it.
+func TestTakenShardDiscountsOnlyLaterStalls(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Sharded = true })
+	all := make([]int, 64)
+	for i := range all {
+		all[i] = i
+	}
+	if err := h.fleet.SetOwned(context.Background(), all, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	id := h.register("a")
+	tick := func() {
+		if err := h.fleet.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	h.clock.Advance(testH/2 + 3*testH) // one period, and a 3H stall
+	tick()
+	h.waitEvent("monitor_stall")
+	if err := h.fleet.SetOwned(context.Background(), nil, nil, ""); err != nil { // the shard moves away…
+		t.Fatal(err)
+	}
+	if err := h.fleet.SetOwned(context.Background(), all, nil, ""); err != nil { // …and back, loaded with grace from now
+		t.Fatal(err)
+	}
+	h.monitor()
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v right after the takeover", got)
+	}
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Unhealthy)
+}
+
 // TestRegistrationOvertakesStashedChecks: a re-registration that arrived while a transition's write was
 // slow (a database outage) runs before the monitor checks stashed ahead of it, so the silence before
 // the registration never turns the server unhealthy after the module spoke again.

@@ -155,7 +155,9 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 	}
 	now := f.clock.Now()
 	for _, r := range all {
-		r.life = lifecycle.Restore(r.row.Status, now, 0) // grace runs from the moment this node took the shard
+		// Grace runs from the moment this node took the shard, and so does the stall: the monitor's stall
+		// before it (a pause, a partition) must not extend the deadline of a server it did not run then.
+		r.life = lifecycle.Restore(r.row.Status, now, f.stall.Total())
 		f.metrics.ServerStatus("", r.row.Status)
 	}
 	if err := f.sendLoad(all); err != nil {

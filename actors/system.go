@@ -115,7 +115,10 @@ type Fleet struct {
 	timers   []func()
 	readyAt  time.Time
 	servers  int
-	metrics  *telemetry.Metrics
+	// stall is the monitor's accumulated stall (shared with the server actors): a server restored into
+	// the fleet takes it as the stall at its evidence, so only stalls after its restore extend its deadline.
+	stall   *lifecycle.Stall
+	metrics *telemetry.Metrics
 
 	store Store
 	own   *ownership
@@ -280,6 +283,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats,
 	}
+	f.stall = sdeps.stall
 	// The mass-silence guard counts in memory on a single node (it runs the whole tenant, and a permit
 	// costs no round trip); a cluster node runs a share of each tenant, so it counts in PostgreSQL.
 	var sharedSilence silenceStore
@@ -341,7 +345,7 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	}
 	f.readyAt = f.clock.Now()
 	for _, r := range all {
-		r.life = lifecycle.Restore(r.row.Status, f.readyAt, 0) // restart grace: the deadline runs from readiness
+		r.life = lifecycle.Restore(r.row.Status, f.readyAt, f.stall.Total()) // restart grace: the deadline runs from readiness
 		f.metrics.ServerStatus("", r.row.Status)
 	}
 	if err := f.sendLoad(all); err != nil {
