@@ -550,7 +550,7 @@ type Status struct {
 	Self    string   // this node's address
 	Members []string // every member it sees, itself included while it is a member, sorted
 	Owned   []int    // the shards it owns (as Ownership last accepted them), in order
-	Ready   bool     // it is a member and owns its share
+	Ready   bool     // it is a member owning its share, as read from etcd within the lease (viewFresh)
 	Rejoins int      // times the watchdog made it join again
 }
 
@@ -563,7 +563,10 @@ func (n *Node) Status() Status {
 		members = append(members, n.cfg.Addr)
 	}
 	slices.Sort(members)
-	return Status{Self: n.cfg.Addr, Members: members, Owned: slices.Clone(n.applied), Ready: n.ready && !n.leaving, Rejoins: n.rejoins}
+	// Ready also needs a fresh read of etcd: a node resumed after a pause (SIGSTOP, a VM frozen) past its
+	// lease still holds its old view until the watchdog's next read, and must not say ready on it.
+	fresh := time.Since(n.seenAt) <= viewFresh
+	return Status{Self: n.cfg.Addr, Members: members, Owned: slices.Clone(n.applied), Ready: n.ready && !n.leaving && fresh, Rejoins: n.rejoins}
 }
 
 // Ready reports whether the node is a member and Ownership accepted the shards of its last topology.
