@@ -40,7 +40,7 @@ var invariantOrder = []string{
 var faultOrder = []string{
 	FaultServerPanic, FaultServerStop, FaultServerPoison, FaultWriterPanic, FaultStamperPanic, FaultAlertsPanic,
 	FaultWebhookFlaky, FaultKill9, FaultDBStop, FaultDBRestart, FaultSigstop, FaultDrop10, FaultDrop60, FaultDrop100, FaultChurn,
-	FaultNodeKill9, FaultNodeSigstop, FaultEtcdStop, FaultNodeAdd,
+	FaultNodeKill9, FaultNodeSigstop, FaultNodeCut, FaultEtcdStop, FaultNodeAdd,
 }
 
 // Violation is one broken invariant, with the timeline that shows it.

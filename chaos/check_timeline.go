@@ -116,7 +116,7 @@ func (c *checker) indexCluster() {
 			end = c.end
 		}
 		switch f.Kind {
-		case FaultNodeKill9, FaultNodeSigstop:
+		case FaultNodeKill9, FaultNodeSigstop, FaultNodeCut:
 			c.nodeDowns[nodeOf[f.Target]] = append(c.nodeDowns[nodeOf[f.Target]], Window{f.Start, end})
 			c.downs = append(c.downs, Window{f.Start, end.Add(h.Params.FailoverBound)})
 		case FaultEtcdStop, FaultNodeAdd:

@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -114,7 +116,7 @@ type etcdProc struct {
 	done chan struct{}
 }
 
-func newEtcd(dir, logDir string) (*etcdProc, error) {
+func newEtcd(dir, logDir, host string) (*etcdProc, error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, errors.New("etcd not found (apt-get install etcd-server): the cluster schedule needs a real etcd")
@@ -127,7 +129,7 @@ func newEtcd(dir, logDir string) (*etcdProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &etcdProc{bin: bin, dir: dir, client: fmt.Sprintf("http://127.0.0.1:%d", cp), peer: fmt.Sprintf("http://127.0.0.1:%d", pp),
+	return &etcdProc{bin: bin, dir: dir, client: fmt.Sprintf("http://%s:%d", host, cp), peer: fmt.Sprintf("http://127.0.0.1:%d", pp),
 		log: filepath.Join(logDir, "etcd.log")}, nil
 }
 
@@ -269,7 +271,7 @@ func readWrites(ctx context.Context, conn *pgx.Conn) ([]Write, error) {
 // startCluster starts etcd and the first nodes, one after the other, each ready (a member owning its share).
 func (r *runner) startCluster(ctx context.Context, wd *workDir, env []string) error {
 	var err error
-	r.etcd, err = newEtcd(wd.path, r.cfg.Artifacts)
+	r.etcd, err = newEtcd(wd.path, r.cfg.Artifacts, r.host())
 	if err != nil {
 		return err
 	}
@@ -302,8 +304,17 @@ func (r *runner) addNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	info := NodeInfo{Index: i, Name: fmt.Sprintf("n%d", i+1), ClusterAddr: "127.0.0.1:" + strconv.Itoa(cp), URL: "http://127.0.0.1:" + strconv.Itoa(hp)}
-	s := &service{binary: r.cfg.Binary, addr: "127.0.0.1:" + strconv.Itoa(hp), logDir: r.cfg.Artifacts, node: i, name: info.Name, dbURL: r.db.appURL}
+	host, dbURL := r.host(), r.db.appURL
+	var ns *netns
+	if r.ns != nil {
+		// Every node reaches PostgreSQL on the pair's host end; the namespaced one listens on its own end.
+		dbURL = strings.Replace(dbURL, "@127.0.0.1:", "@"+r.ns.hostIP+":", 1)
+		if i == r.netnsNode {
+			host, ns = r.ns.nodeIP, r.ns
+		}
+	}
+	info := NodeInfo{Index: i, Name: fmt.Sprintf("n%d", i+1), ClusterAddr: net.JoinHostPort(host, strconv.Itoa(cp)), URL: "http://" + net.JoinHostPort(host, strconv.Itoa(hp))}
+	s := &service{binary: r.cfg.Binary, addr: net.JoinHostPort(host, strconv.Itoa(hp)), logDir: r.cfg.Artifacts, node: i, name: info.Name, dbURL: dbURL, netns: ns}
 	s.env = append(slices.Clone(r.nodeEnv), "MCPFLEET_HTTP_ADDR="+s.addr, "MCPFLEET_CLUSTER_ETCD="+r.etcd.client,
 		"MCPFLEET_CLUSTER_NAME=chaos", "MCPFLEET_CLUSTER_ADDR="+info.ClusterAddr)
 	r.lb.add(s)
@@ -363,6 +374,20 @@ func (r *runner) clusterPhases(round int) []phase {
 			hold(ctx, mods, FaultDrop10, end)
 			return nil
 		}},
+	}
+	if r.ns != nil {
+		ps = append(ps, phase{"node-cut", func(ctx context.Context) error {
+			mods := r.silence(ctx, 0.10, FaultDrop10)
+			sleep(ctx, 3*H/2)
+			end, err := r.nodeCut(ctx, EtcdLease+3*H+2*time.Second)
+			if err != nil {
+				return err
+			}
+			hold(ctx, mods, FaultDrop10, end)
+			return nil
+		}})
+	} else if round == 1 {
+		r.logf("phase node-cut skipped: %s", r.nsReason)
 	}
 	if r.cfg.Schedule != "cluster-short" {
 		ps = append(ps, phase{"etcd-stop", func(ctx context.Context) error {
@@ -476,15 +501,10 @@ func (r *runner) waitReady(ctx context.Context, s *service, limit time.Duration)
 	return false
 }
 
-// netnsNote says whether the machine lets the suite cut a node off with a network namespace. The cut
-// itself (the node in a namespace of its own behind a veth pair, the pair taken down) is not part of
-// the schedule yet; see docs/cluster.md.
-func netnsNote() string {
-	if os.Geteuid() != 0 {
-		return "network-namespace cut: not run (the suite is not root, unshare -n needs CAP_SYS_ADMIN)"
+// netnsNote says whether the schedule cuts a node off with a network namespace, and if not, why.
+func (r *runner) netnsNote() string {
+	if r.ns == nil {
+		return "network-namespace cut: not run (" + r.nsReason + ")"
 	}
-	if err := exec.Command("unshare", "-n", "true").Run(); err != nil {
-		return "network-namespace cut: not run (unshare -n failed: " + err.Error() + ")"
-	}
-	return "network-namespace cut: not run (unshare -n works on this machine, but the cut is not implemented yet)"
+	return fmt.Sprintf("network-namespace cut: node n%d runs in namespace %s (%s), the others listen on %s", r.netnsNode+1, r.ns.name, r.ns.nodeIP, r.ns.hostIP)
 }

@@ -222,6 +222,7 @@ type service struct {
 	node  int
 	name  string
 	dbURL string
+	netns *netns // the node runs in this network namespace (nil: the host's)
 
 	mu   sync.Mutex
 	cur  *exec.Cmd
@@ -253,6 +254,9 @@ func (s *service) start(ctx context.Context, limit time.Duration) (*Incarnation,
 		return nil, err
 	}
 	cmd := exec.Command(s.binary, "serve")
+	if s.netns != nil {
+		cmd = s.netns.command(s.binary, "serve") // ip netns exec: the same process, in the namespace
+	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The service dies with the suite even if the suite is killed: no orphan keeps the port.

@@ -143,6 +143,7 @@ const (
 	// Cluster schedules: Target names the node.
 	FaultNodeKill9   = "node kill -9 + restart"
 	FaultNodeSigstop = "node SIGSTOP > etcd lease + SIGCONT"
+	FaultNodeCut     = "node's network cut > etcd lease + restored"
 	FaultEtcdStop    = "etcd stopped"
 	FaultNodeAdd     = "node added"
 )

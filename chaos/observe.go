@@ -31,8 +31,8 @@ type webhook struct {
 	count  atomic.Int64
 }
 
-func startWebhook(secret string, rec *recorder) (*webhook, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startWebhook(secret string, rec *recorder, host string) (*webhook, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}

@@ -143,6 +143,19 @@ type runner struct {
 	lb      *balancer
 	nodeEnv []string
 	exitCtx context.Context // ends when the schedule stops watching for unasked exits
+	// The network-namespace cut: the namespace of node slot netnsNode, or nil and why not (nsReason).
+	ns        *netns
+	netnsNode int
+	nsReason  string
+}
+
+// host is the address the schedule's processes listen on: the veth pair's host end when a node runs
+// in a namespace of its own (which cannot reach the host's 127.0.0.1), else 127.0.0.1.
+func (r *runner) host() string {
+	if r.ns != nil {
+		return r.ns.hostIP
+	}
+	return "127.0.0.1"
 }
 
 // services returns every service process slot: the one process, or the cluster's nodes.
@@ -208,6 +221,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.rec = newRecorder(p)
 
+	if r.cfg.cluster() {
+		if r.ns, err = newNetns(); err != nil {
+			r.ns, r.nsReason = nil, err.Error()
+		} else {
+			defer r.ns.close()
+		}
+		r.netnsNode = r.cfg.Nodes - 1 // the last of the first nodes runs in the namespace, if there is one
+	}
 	r.logf("starting a private PostgreSQL cluster under %s", wd.path)
 	r.db, err = startDatabase(ctx, wd.pgDir())
 	if err != nil {
@@ -221,9 +242,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := r.setupSchema(ctx); err != nil {
 		return nil, err
 	}
+	if r.ns != nil {
+		if err := r.listenOn(ctx, r.ns.hostIP); err != nil {
+			return nil, fmt.Errorf("PostgreSQL on %s: %w", r.ns.hostIP, err)
+		}
+	}
 
 	secret := rand.Text()
-	r.hook, err = startWebhook(secret, r.rec)
+	r.hook, err = startWebhook(secret, r.rec, r.host())
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +277,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	if r.cfg.cluster() {
-		r.logf("starting a cluster of %d nodes (H %s, monitor %s); %s", cfg.Nodes, cfg.Heartbeat, cfg.Monitor, netnsNote())
-		r.rec.note("%s", netnsNote())
+		r.logf("starting a cluster of %d nodes (H %s, monitor %s); %s", cfg.Nodes, cfg.Heartbeat, cfg.Monitor, r.netnsNote())
+		r.rec.note("%s", r.netnsNote())
 		if err := r.startCluster(ctx, wd, env); err != nil {
 			return nil, err
 		}
