@@ -30,6 +30,7 @@ type fleetActor struct {
 
 	monitor   *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
 	deadlines deadlineHeap       // the servers' deadline bounds (deadlines.go): a tick checks only what is due
+	heldAt    time.Time          // the last tick while the membership was not confirmed (zero: it was)
 	tenants   map[uuid.UUID]int
 	silence   *lifecycle.MassSilence // nil when the guard is off
 
@@ -121,7 +122,10 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *armMsg:
 		f.arm(msg)
 	case *monitorTick:
-		ids := f.due(f.tick(msg).UnixNano())
+		var ids []uuid.UUID
+		if at, judged := f.tick(msg); judged {
+			ids = f.due(at.UnixNano())
+		}
 		if msg.round != nil {
 			msg.round.wg.Add(len(ids))
 		}
@@ -268,8 +272,9 @@ func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
 // tick does the fleet's part of a monitor tick before the fan-out: the self-health check (an automatic
 // tick handled later than its period means the monitor stalled; lifecycle.Monitor credits the stall to
 // every deadline) and the mass-silence guard's new period. It returns the tick's time on the monitor's
-// clock, the time the deadlines due are popped at.
-func (f *fleetActor) tick(msg *monitorTick) time.Time {
+// clock, the time the deadlines due are popped at, and whether the servers are judged this tick (not
+// while the cluster membership is unconfirmed, see holdUnconfirmed: their deadlines stay in the heap).
+func (f *fleetActor) tick(msg *monitorTick) (time.Time, bool) {
 	now := f.deps.clock.Now()
 	if p := periodOf(now, f.period); !p.Equal(f.periodStart) {
 		f.periodStart = p
@@ -283,10 +288,40 @@ func (f *fleetActor) tick(msg *monitorTick) time.Time {
 			}
 		}
 	}
+	held := f.holdUnconfirmed()
 	for _, r := range f.silence.NewPeriod() {
 		f.deps.log.Warn("mass-silence guard released: no more servers held", "tenant_id", r.TenantID, "held", r.Held)
 	}
-	return lifecycle.MonitorTime(now, f.deps.stall.Total())
+	return lifecycle.MonitorTime(now, f.deps.stall.Total()), !held
+}
+
+// holdUnconfirmed reports whether this node's cluster membership is unconfirmed, and counts the time
+// between ticks during which it was as a stall of the monitor. While it is, no server is judged (the
+// tick checks none), and afterwards that time is not silence: a node that cannot read etcd cannot know
+// whether the requests of its servers still reach it (it may be partitioned and its shards taken by
+// others, whose claim a transaction of its own left open may be holding up), so a silence it sees then
+// is no evidence. Its deadlines run again, net of that time, once it is confirmed.
+func (f *fleetActor) holdUnconfirmed() bool {
+	confirmed := f.deps.confirmed.Load()
+	now := f.deps.clock.Now()
+	if confirmed == nil || (*confirmed)() {
+		if !f.heldAt.IsZero() {
+			f.deps.stall.Add(now.Sub(f.heldAt))
+			f.deps.log.Info("cluster membership confirmed again: servers are judged again")
+			f.heldAt = time.Time{}
+		}
+		return false
+	}
+	if f.heldAt.IsZero() {
+		f.deps.log.Warn("cluster membership not confirmed (etcd not read within its lease): no server is judged until it is")
+		if f.onEvent != nil {
+			f.onEvent("membership_unconfirmed")
+		}
+	} else {
+		f.deps.stall.Add(now.Sub(f.heldAt))
+	}
+	f.heldAt = now
+	return true
 }
 
 // permit grants a server of tenantID the right to turn unhealthy this monitor period, within the

@@ -52,6 +52,9 @@ type serverDeps struct {
 	own          *ownership    // the shards this node holds, and their fences
 	count        *atomic.Int64 // servers the fleet runs
 	stats        *MonitorStats // the monitor's counters (the fleet actor writes them)
+	// confirmed reports whether this node's cluster membership is confirmed (Fleet.SetMembership);
+	// nil: always (single-node mode).
+	confirmed atomic.Pointer[func() bool]
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,7 +436,12 @@ func TestTakenShardDiscountsOnlyLaterStalls(t *testing.T) {
 		t.Fatalf("transitions %v right after the takeover", got)
 	}
 	h.clock.Advance(3 * testH)
-	h.monitor()
+	// The handed-off actor stops asynchronously and its successor's spawn is retried until the name is
+	// free: run the monitor until the new actor has judged the server.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.statuses(id)) == 0 && time.Now().Before(deadline) {
+		h.monitor()
+	}
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
 
@@ -590,4 +596,31 @@ func TestHeldEvidenceIsNotSilence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnconfirmedMembershipHoldsJudgement: while a cluster node cannot confirm its membership (etcd not
+// read within its lease: it may be cut off, its shards taken, its servers' heartbeats going elsewhere), a
+// silence it sees is no evidence: nothing is declared, and the deadline runs again, net of that time,
+// once the membership is confirmed.
+func TestUnconfirmedMembershipHoldsJudgement(t *testing.T) {
+	h := newHarness(t, nil)
+	var confirmed atomic.Bool
+	h.fleet.SetMembership(confirmed.Load)
+	id := h.register("a")
+	h.monitor() // unconfirmed from here
+	for range 8 {
+		h.clock.Advance(testH / 2)
+		h.monitor()
+	}
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v after 4H of silence while the membership was unconfirmed", got)
+	}
+	confirmed.Store(true)
+	h.monitor()
+	h.clock.Advance(2 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Degraded)
+	h.clock.Advance(testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
 }

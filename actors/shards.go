@@ -80,6 +80,12 @@ type dropShards struct{ shards shardSet }
 // handOff stops a server actor once it is idle, its servers gauge entry removed.
 type handOff struct{}
 
+// SetMembership makes the fleet ask confirmed at every monitor tick whether this node's cluster
+// membership is confirmed (cluster.Node.Confirmed: etcd read within its lease). While it is not, the
+// time counts as a stall of the monitor (holdUnconfirmed): no server is declared degraded or unhealthy
+// on that silence.
+func (f *Fleet) SetMembership(confirmed func() bool) { f.sdeps.confirmed.Store(&confirmed) }
+
 // Owned returns the shards this fleet runs, in order.
 func (f *Fleet) Owned() []int { return f.own.set().list() }
 

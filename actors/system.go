@@ -118,6 +118,7 @@ type Fleet struct {
 	// stall is the monitor's accumulated stall (shared with the server actors): a server restored into
 	// the fleet takes it as the stall at its evidence, so only stalls after its restore extend its deadline.
 	stall   *lifecycle.Stall
+	sdeps   *serverDeps // the server actors' and the fleet actor's shared dependencies
 	metrics *telemetry.Metrics
 
 	store Store
@@ -283,7 +284,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		log:  log, tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats,
 	}
-	f.stall = sdeps.stall
+	f.stall, f.sdeps = sdeps.stall, sdeps
 	// The mass-silence guard counts in memory on a single node (it runs the whole tenant, and a permit
 	// costs no round trip); a cluster node runs a share of each tenant, so it counts in PostgreSQL.
 	var sharedSilence silenceStore

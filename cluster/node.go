@@ -569,6 +569,15 @@ func (n *Node) Status() Status {
 	return Status{Self: n.cfg.Addr, Members: members, Owned: slices.Clone(n.applied), Ready: n.ready && !n.leaving && fresh, Rejoins: n.rejoins}
 }
 
+// Confirmed reports whether the node read etcd within the lease (viewFresh) and found itself a member:
+// only then does it know that the requests of the shards it owns still reach it. The fleet judges no
+// server while it is not (actors.Fleet.SetMembership).
+func (n *Node) Confirmed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.selfIn && !n.leaving && time.Since(n.seenAt) <= viewFresh
+}
+
 // Ready reports whether the node is a member and Ownership accepted the shards of its last topology.
 func (n *Node) Ready() bool { return n.Status().Ready }
 

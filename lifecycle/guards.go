@@ -24,6 +24,14 @@ func (s *Stall) Total() time.Duration { return time.Duration(s.total.Load()) }
 
 func (s *Stall) add(d time.Duration) { s.total.Add(int64(d)) }
 
+// Add counts d as a stall: time during which the monitor could not trust silence as evidence (a
+// cluster node that cannot confirm its membership, see actors.Fleet.SetMembership).
+func (s *Stall) Add(d time.Duration) {
+	if d > 0 {
+		s.add(d)
+	}
+}
+
 // Monitor measures the lateness of the periodic monitor ticks into a Stall.
 type Monitor struct {
 	period time.Duration

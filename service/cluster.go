@@ -102,6 +102,7 @@ func (s *Service) joinCluster(ctx context.Context, cfg Config, log *slog.Logger)
 		return err
 	}
 	s.member, s.routed.node = node, node
+	s.fleet.SetMembership(node.Confirmed) // no server is judged on a silence seen while the membership is unconfirmed
 	if err := s.startTouching(ctx); err != nil {
 		return err
 	}
