@@ -3,7 +3,10 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -623,4 +626,45 @@ func TestUnconfirmedMembershipHoldsJudgement(t *testing.T) {
 	h.clock.Advance(testH)
 	h.monitor()
 	wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
+}
+
+// stuckClaimer claims every shard but those in stuck, whose claims fail as a row lock held past the
+// claim's lock timeout would.
+type stuckClaimer struct {
+	mu     sync.Mutex
+	stuck  map[int]bool
+	epochs map[int]int64
+}
+
+func (c *stuckClaimer) ClaimShard(_ context.Context, sh int, _ string) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stuck[sh] {
+		return 0, fmt.Errorf("shard %d: lock timeout", sh)
+	}
+	c.epochs[sh]++
+	return c.epochs[sh], nil
+}
+
+// TestFailedClaimDoesNotHoldUpTheOthers: a shard whose claim fails (its row held by a transaction of a
+// node cut off mid-commit) is skipped, the other shards are taken, and a later call takes it too.
+func TestFailedClaimDoesNotHoldUpTheOthers(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Sharded = true })
+	c := &stuckClaimer{stuck: map[int]bool{3: true}, epochs: map[int]int64{}}
+	err := h.fleet.SetOwned(context.Background(), []int{1, 3, 5}, c, "n1")
+	if err == nil || !strings.Contains(err.Error(), "claim shard 3") {
+		t.Fatalf("SetOwned with shard 3 stuck: %v, want its claim's error", err)
+	}
+	if got := h.fleet.Owned(); !slices.Equal(got, []int{1, 5}) {
+		t.Fatalf("owned %v, want [1 5]", got)
+	}
+	c.mu.Lock()
+	c.stuck = nil
+	c.mu.Unlock()
+	if err := h.fleet.SetOwned(context.Background(), []int{1, 3, 5}, c, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.fleet.Owned(); !slices.Equal(got, []int{1, 3, 5}) || h.fleet.Epoch(1) != 1 || h.fleet.Epoch(3) != 1 {
+		t.Fatalf("owned %v (epochs %d, %d), want [1 3 5], each claimed once", got, h.fleet.Epoch(1), h.fleet.Epoch(3))
+	}
 }

@@ -100,8 +100,9 @@ func (f *Fleet) Epoch(sh int) int64 { return f.own.epochs[sh].Load() }
 // taking requests at once (ErrNotOwner) and their actors stop once idle. Shards it gains are claimed
 // (claimer, if not nil, under node), their servers loaded from PostgreSQL with restart grace from
 // now, and only then taken into the owned set, so a request for them waits for the load. Calls must
-// not overlap (the cluster runtime makes them from one goroutine). On an error the shards not yet
-// taken stay unowned; the caller tries again on the next topology change or tick.
+// not overlap (the cluster runtime makes them from one goroutine). A shard whose claim fails is skipped
+// (the others are taken) and named in the error; on an error the shards not taken stay unowned and the
+// caller tries again on the next topology change or tick.
 func (f *Fleet) SetOwned(ctx context.Context, shards []int, claimer ShardClaimer, node string) error {
 	want, cur := setOf(shards), f.own.set()
 	if lost := cur &^ want; lost != 0 {
@@ -117,20 +118,28 @@ func (f *Fleet) SetOwned(ctx context.Context, shards []int, claimer ShardClaimer
 	if gained == 0 {
 		return nil
 	}
+	// A claim that fails (its row held past ClaimLockTimeout by a transaction of a node cut off mid-commit)
+	// does not hold up the others: the shards claimed are taken, the failed ones are left for the next call.
 	var fences []persistence.Fence
+	var failed []error
 	if claimer != nil {
 		for _, sh := range gained.list() {
 			epoch, err := claimer.ClaimShard(ctx, sh, node)
 			if err != nil {
-				return fmt.Errorf("claim shard %d: %w", sh, err)
+				gained &^= 1 << uint(sh)
+				failed = append(failed, fmt.Errorf("claim shard %d: %w", sh, err))
+				continue
 			}
 			fences = append(fences, persistence.Fence{Shard: sh, Epoch: epoch})
 		}
 	}
+	if gained == 0 {
+		return errors.Join(failed...)
+	}
 	start := time.Now()
 	n, err := f.loadShards(ctx, gained)
 	if err != nil {
-		return err
+		return errors.Join(append(failed, err)...)
 	}
 	if fences != nil {
 		f.own.claimed(fences) // owned under these epochs; every write of their servers is fenced by them
@@ -138,7 +147,7 @@ func (f *Fleet) SetOwned(ctx context.Context, shards []int, claimer ShardClaimer
 		f.own.owned.Store(uint64(f.own.set() | gained))
 	}
 	f.log.Info("shards taken", "shards", gained.list(), "servers", n, "took", time.Since(start).String())
-	return nil
+	return errors.Join(failed...)
 }
 
 // loadShards loads the servers of shards from PostgreSQL into the fleet, with restart grace from now.
