@@ -162,10 +162,12 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	// SIGTERM a survivor (after the balancer stopped sending to it): it hands its shards over before it
 	// exits, so the last node takes them while every heartbeat keeps being accepted.
 	leaving, last := survivors[0], survivors[1]
+	handed := leaving.readyz(t).Cluster.Shards
 	alive.Store(&[]*node{last})
 	refusedBefore := failed.Load()
 	exited := make(chan error, 1)
-	go func() { exited <- leaving.cmd.Wait() }()
+	var exitedAt time.Time
+	go func() { err := leaving.cmd.Wait(); exitedAt = time.Now(); exited <- err }()
 	termAt := time.Now()
 	if err := leaving.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -212,6 +214,16 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	}
 	if owners != 1 || minEpoch < 1 {
 		t.Errorf("shard_owners: %d distinct owners, lowest epoch %d; want 1 owner, every shard claimed", owners, minEpoch)
+	}
+	// The leaving node handed its shards over before it exited: the last node had claimed every one of
+	// them (PostgreSQL's clock, the same machine's) before the process was gone.
+	var lastClaim time.Time
+	if err := conn.QueryRow(ctx, `SELECT max(claimed_at) FROM shard_owners WHERE shard = ANY($1)`, handed).Scan(&lastClaim); err != nil {
+		t.Fatal(err)
+	}
+	if len(handed) == 0 || !lastClaim.Before(exitedAt) {
+		t.Errorf("%s's %d shards: last claimed by %s at %s, the process exited by %s: not handed over before exiting",
+			leaving.name, len(handed), last.name, lastClaim.Format(time.RFC3339Nano), exitedAt.Format(time.RFC3339Nano))
 	}
 	var notHealthy int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE status <> 'healthy'`).Scan(&notHealthy); err != nil {
