@@ -64,6 +64,44 @@ func (o *owners) get(ctx context.Context, tenantID, serverID uuid.UUID, fresh bo
 	return e, nil
 }
 
+// ownerLister reads every server's owner of a tenant at once (persistence.Store.ServerOwners).
+type ownerLister interface {
+	ServerOwners(ctx context.Context, tenantID uuid.UUID, fn func(serverID uuid.UUID, module string, origin persistence.Origin)) error
+}
+
+// warm fills the cache with the owners of every server of tenants, up to its bound, without evicting
+// anything: the answers never go stale, so an entry cached meanwhile by a lookup is as good. It returns
+// how many it cached; on an error the cache keeps what was read and lookups fill the rest as they come.
+func (o *owners) warm(ctx context.Context, lister ownerLister, tenants []uuid.UUID) (int, error) {
+	n := 0
+	for _, t := range tenants {
+		err := lister.ServerOwners(ctx, t, func(id uuid.UUID, module string, origin persistence.Origin) {
+			o.mu.Lock()
+			if _, ok := o.cache[id]; !ok && len(o.cache) < o.max {
+				o.cache[id] = serverOwner{tenantID: t, module: module, origin: origin}
+				n++
+			}
+			o.mu.Unlock()
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// WarmOwners reads the owner of every server of tenants into the heartbeat path's owner cache in one
+// query per tenant, so the fleet's first heartbeats after a start (a restart, a failover) cost no
+// database transaction each. It returns how many owners it cached. A store that cannot list owners
+// warms nothing. Heartbeats served meanwhile look their owner up as they always do.
+func (s *Server) WarmOwners(ctx context.Context, tenants []uuid.UUID) (int, error) {
+	lister, ok := s.deps.Store.(ownerLister)
+	if !ok {
+		return 0, nil
+	}
+	return s.owners.warm(ctx, lister, tenants)
+}
+
 func (o *owners) put(serverID uuid.UUID, e serverOwner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

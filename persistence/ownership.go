@@ -130,3 +130,30 @@ func (s *Store) ServerOwner(ctx context.Context, tenantID, serverID uuid.UUID) (
 	}
 	return module, Origin(origin), nil
 }
+
+// ServerOwners calls fn with the module name and origin of every server of tenantID, read in one query
+// in one read-only transaction: the warm-up of the API's owner cache after a start, so a fleet's first
+// heartbeats after a restart or a failover cost a map lookup each, not a transaction each. fn must not
+// block on the database.
+func (s *Store) ServerOwners(ctx context.Context, tenantID uuid.UUID, fn func(serverID uuid.UUID, module string, origin Origin)) error {
+	err := inTenantTx(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT m.server_id, m.module_name, coalesce(c.origin, 'module')
+			FROM mcp_servers m LEFT JOIN server_config c ON c.server_id = m.server_id`)
+		if err != nil {
+			return err
+		}
+		var (
+			id             uuid.UUID
+			module, origin string
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &module, &origin}, func() error {
+			fn(id, module, Origin(origin))
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("server owners: %w", err)
+	}
+	return nil
+}

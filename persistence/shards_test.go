@@ -404,3 +404,27 @@ func TestTransitionFromIsTheRowsStatus(t *testing.T) {
 		t.Fatal("an outbox row for a transition that did not happen")
 	}
 }
+
+// ServerOwners lists every server of the tenant it is asked for, with its module and origin, and none of
+// another tenant's (row-level security).
+func TestServerOwnersListsTheTenantsOwn(t *testing.T) {
+	d := newDash(t)
+	other := d.newTenant("other")
+	mine := map[uuid.UUID]bool{d.server(d.tenant, "a", health.Healthy, 0): true, d.server(d.tenant, "b", health.Degraded, 1): true}
+	theirs := d.server(other, "c", health.Healthy, 2)
+	got := map[uuid.UUID]string{}
+	err := d.store.ServerOwners(context.Background(), d.tenant, func(id uuid.UUID, module string, origin persistence.Origin) {
+		got[id] = module + "/" + string(origin)
+	})
+	if err != nil || len(got) != len(mine) {
+		t.Fatalf("owners %v, %v; want the tenant's %d servers", got, err, len(mine))
+	}
+	for id := range mine {
+		if got[id] == "" || got[id][2:] != string(persistence.OriginModule) {
+			t.Fatalf("server %s: %q", id, got[id])
+		}
+	}
+	if _, ok := got[theirs]; ok {
+		t.Fatal("another tenant's server listed")
+	}
+}

@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// ownerStore answers single lookups (counted) and whole-tenant listings from one table.
+type ownerStore struct {
+	servers map[uuid.UUID]serverOwner
+	lookups atomic.Int64
+	failAt  int // ServerOwners fails after this many rows (0: never)
+}
+
+func (s *ownerStore) ServerOwner(_ context.Context, tenantID, serverID uuid.UUID) (string, persistence.Origin, error) {
+	s.lookups.Add(1)
+	e, ok := s.servers[serverID]
+	if !ok || e.tenantID != tenantID {
+		return "", "", persistence.ErrNotFound
+	}
+	return e.module, e.origin, nil
+}
+
+func (s *ownerStore) ServerOwners(_ context.Context, tenantID uuid.UUID, fn func(uuid.UUID, string, persistence.Origin)) error {
+	n := 0
+	for id, e := range s.servers {
+		if e.tenantID != tenantID {
+			continue
+		}
+		if s.failAt > 0 && n == s.failAt {
+			return errors.New("connection lost")
+		}
+		fn(id, e.module, e.origin)
+		n++
+	}
+	return nil
+}
+
+// TestWarmOwnersSparesTheFirstHeartbeats: after the warm-up a heartbeat's owner check is a map lookup
+// for every server of the tenants warmed — no database round trip — and another tenant's server is
+// still none of the caller's; the cache's bound holds and a failed warm-up keeps what it read.
+func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
+	a, b := uuid.New(), uuid.New()
+	st := &ownerStore{servers: map[uuid.UUID]serverOwner{}}
+	var ofA []uuid.UUID
+	for i := range 50 {
+		id, tenant := uuid.New(), a
+		if i%5 == 0 {
+			tenant = b
+		} else {
+			ofA = append(ofA, id)
+		}
+		st.servers[id] = serverOwner{tenantID: tenant, module: "m", origin: persistence.OriginModule}
+	}
+	o := newOwners(st, 1000)
+	n, err := o.warm(context.Background(), st, []uuid.UUID{a, b})
+	if err != nil || n != 50 {
+		t.Fatalf("warm: %d cached, %v", n, err)
+	}
+	for _, id := range ofA {
+		if e, err := o.get(context.Background(), a, id, false); err != nil || e.module != "m" {
+			t.Fatalf("heartbeat owner of %s: %+v %v", id, e, err)
+		}
+		if _, err := o.get(context.Background(), b, id, false); !errors.Is(err, persistence.ErrNotFound) {
+			t.Fatalf("tenant b sees tenant a's server: %v", err)
+		}
+	}
+	if n := st.lookups.Load(); n != 0 {
+		t.Fatalf("%d database lookups after the warm-up, want 0", n)
+	}
+
+	bounded := newOwners(st, 10)
+	if n, _ := bounded.warm(context.Background(), st, []uuid.UUID{a, b}); n != 10 || len(bounded.cache) != 10 {
+		t.Fatalf("bound 10: cached %d, holds %d", n, len(bounded.cache))
+	}
+
+	st.failAt = 7
+	partial := newOwners(st, 1000)
+	if n, err := partial.warm(context.Background(), st, []uuid.UUID{a}); err == nil || n != 7 || len(partial.cache) != 7 {
+		t.Fatalf("failed warm-up: cached %d, holds %d, err %v", n, len(partial.cache), err)
+	}
+}
