@@ -37,6 +37,8 @@ type ConfigureRequest struct {
 	Version    string
 	Config     persistence.ServerConfig
 	Trace      telemetry.Carrier
+	// By is the administrator's key, recorded with the creation (server_config_changes).
+	By uuid.UUID
 }
 
 type configureMsg struct {
@@ -117,6 +119,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 	cmd := &persistence.ConfigureCmd{
 		EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
 		Version: msg.req.Version, Config: msg.req.Config, TraceID: carrier.TraceID(), At: now.UTC(),
+		ChangeID: uuid.New(), By: persistence.ByKey(msg.req.By),
 	}
 	a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()

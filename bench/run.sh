@@ -84,6 +84,7 @@ if [ "$MODE" = all ] || [ "$MODE" = mcp ]; then
 	go build -o bin/mcpfleet-mcpbench ./bench/mcpbench
 	fresh_db ${DB}_mcp
 	ADMIN_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role admin | field api_key)
+	SECOND_ADMIN_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role admin | field api_key)
 	OPERATOR_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role operator | field api_key)
 	MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
 	SESSIONS=${BENCH_MCP_SESSIONS:-1000}
@@ -98,7 +99,7 @@ if [ "$MODE" = all ] || [ "$MODE" = mcp ]; then
 	echo "bench: /mcp step against service pid $PID on :$PORT" >&2
 	SECTION=.data/bench-mcp-section.md
 	# shellcheck disable=SC2086
-	bin/mcpfleet-mcpbench -base-url "http://127.0.0.1:$PORT" -admin-key "$ADMIN_KEY" -operator-key "$OPERATOR_KEY" \
+	bin/mcpfleet-mcpbench -base-url "http://127.0.0.1:$PORT" -admin-key "$ADMIN_KEY" -second-admin-key "$SECOND_ADMIN_KEY" -operator-key "$OPERATOR_KEY" \
 		-module-key "$MODULE_KEY" -servers "${BENCH_MCP_SERVERS:-200}" -tools "${BENCH_MCP_TOOLS:-20}" -sessions "$SESSIONS" \
 		-service-pid "$PID" -out "$SECTION" ${BENCH_MCP_EXTRA:-}
 	# Replace the report's /mcp section (or append it).

@@ -51,6 +51,7 @@ const (
 	DefaultMaxServersPerTenant   = 500_000   // MCPFLEET_MAX_SERVERS_PER_TENANT
 	DefaultMaxToolsPerServer     = 500       // MCPFLEET_MAX_TOOLS_PER_SERVER
 	DefaultMaxAdvertisementBytes = 256 << 10 // MCPFLEET_MAX_ADVERTISEMENT_BYTES
+	DefaultMaxCatalogueBytes     = 4 << 20   // MCPFLEET_MAX_CATALOGUE_BYTES: the tools one import may write
 )
 
 // The defaults of the API (package httpapi): key checks and GET /v1/mcp/events.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -29,6 +30,7 @@ type Remote interface {
 	TestConnection(ctx context.Context, tenantID, serverID uuid.UUID) (remote.ConnectionReport, error)
 	Import(ctx context.Context, tenantID, serverID, by uuid.UUID) (remote.ImportReport, error)
 	SetSkillEnabled(ctx context.Context, tenantID, skillID uuid.UUID, enabled bool) (remote.SkillState, error)
+	Decide(ctx context.Context, tenantID, serverID, changeID, by uuid.UUID, confirm bool) (remote.Server, persistence.ConfigChangeRecord, error)
 }
 
 var _ Remote = (*remote.Service)(nil)
@@ -45,6 +47,9 @@ func (s *Server) configRoutes(v1 *gin.RouterGroup) {
 	v1.POST("/mcp/skills/:skill_id/enable", s.handle(ops, s.enableSkill))
 	v1.POST("/mcp/skills/:skill_id/disable", s.handle(ops, s.disableSkill))
 	v1.GET("/mcp/skills/:skill_id/changes", s.handle(ops, s.listToolChanges))
+	v1.GET("/mcp/servers/:server_id/config-changes", s.handle(ops, s.listConfigChanges))
+	v1.POST("/mcp/servers/:server_id/config-changes/:change_id/confirm", s.handle(admins, s.confirmConfigChange))
+	v1.POST("/mcp/servers/:server_id/config-changes/:change_id/cancel", s.handle(admins, s.cancelConfigChange))
 }
 
 // AuthBody is how a configured server authenticates the client.
@@ -152,7 +157,7 @@ func (s *Server) configureServer(c *gin.Context) error {
 	}
 	in := remote.ConfigureInput{
 		ModuleName: body.ModuleName, Version: body.Version, Endpoint: body.Endpoint, Auth: body.Auth.input(),
-		RequiresApproval: body.RequiresApproval, Enabled: body.Enabled, Liveness: body.Liveness,
+		RequiresApproval: body.RequiresApproval, Enabled: body.Enabled, Liveness: body.Liveness, By: p.KeyID,
 	}
 	if body.DataClass != nil {
 		in.DataClass = *body.DataClass
@@ -203,14 +208,181 @@ func (s *Server) patchServer(c *gin.Context) error {
 	if err != nil {
 		return remoteError(err)
 	}
+	if srv.Pending != nil {
+		// Switching approval off waits for another administrator (remote.HoldApprovalOff); the rest applied.
+		c.JSON(http.StatusAccepted, PatchAcceptedJSON{ServerDetailJSON: serverDetailJSON(srv.Server, srv.Description),
+			PendingChange: configChangeJSON(*srv.Pending)})
+		return nil
+	}
 	c.JSON(http.StatusOK, serverDetailJSON(srv.Server, srv.Description))
 	return nil
+}
+
+// PatchAcceptedJSON is the 202 answer of a PATCH that switched requires_approval off: the server as the
+// request left it (everything else applied, requires_approval still true) and the pending change another
+// administrator must confirm.
+type PatchAcceptedJSON struct {
+	ServerDetailJSON
+	PendingChange ConfigChangeJSON `json:"pending_change"`
+}
+
+// ConfigChangeJSON is one recorded configuration change of a server.
+type ConfigChangeJSON struct {
+	ChangeID uuid.UUID `json:"change_id"`
+	// Seq is the change's number in the tenant's configuration changes: pass the last one as after for the
+	// next page.
+	Seq        int64                      `json:"seq"`
+	ServerID   uuid.UUID                  `json:"server_id"`
+	ModuleName string                     `json:"module_name"`
+	Changes    []persistence.ConfigChange `json:"changes"`
+	// State is applied, pending, confirmed or cancelled.
+	State string `json:"state"`
+	// RequestedBy and DecidedBy are API key ids, or "cli" for the host command line.
+	RequestedBy *string    `json:"requested_by"`
+	RequestedAt time.Time  `json:"requested_at"`
+	TraceID     *string    `json:"trace_id"`
+	DecidedBy   *string    `json:"decided_by"`
+	DecidedAt   *time.Time `json:"decided_at"`
+}
+
+// actorJSON is who made or decided a change: a key id, "cli", or null for none known.
+func actorJSON(a persistence.Actor) *string {
+	switch {
+	case a.Via == persistence.ViaCLI:
+		s := persistence.ViaCLI
+		return &s
+	case a.Key == uuid.Nil:
+		return nil
+	}
+	s := a.Key.String()
+	return &s
+}
+
+func configChangeJSON(ch persistence.ConfigChangeRecord) ConfigChangeJSON {
+	out := ConfigChangeJSON{ChangeID: ch.ChangeID, Seq: ch.Seq, ServerID: ch.ServerID, ModuleName: ch.ModuleName,
+		Changes: ch.Changes, State: string(ch.State), RequestedBy: actorJSON(ch.RequestedBy), RequestedAt: ch.RequestedAt.UTC(),
+		TraceID: strOrNil(ch.TraceID), DecidedAt: utcOrNil(ch.DecidedAt)}
+	if out.Changes == nil {
+		out.Changes = []persistence.ConfigChange{}
+	}
+	if ch.DecidedBy != nil {
+		out.DecidedBy = actorJSON(*ch.DecidedBy)
+	}
+	return out
+}
+
+// listConfigChanges answers GET /v1/mcp/servers/{server_id}/config-changes?after=&limit= for operators and
+// admins: the server's recorded configuration changes, oldest first, limit (1 to 1000, default 100) after
+// the seq after. Module keys are refused (403), as for tool changes: who changed what is the operators'.
+func (s *Server) listConfigChanges(c *gin.Context) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	after, limit, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	changes, err := s.store.ConfigChangeLog(c.Request.Context(), p.TenantID, id, after, limit)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return problem(http.StatusNotFound, "not_found", "no such server in this tenant")
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	out := make([]ConfigChangeJSON, len(changes))
+	for i, ch := range changes {
+		out[i] = configChangeJSON(ch)
+	}
+	c.JSON(http.StatusOK, gin.H{"changes": out})
+	return nil
+}
+
+func (s *Server) confirmConfigChange(c *gin.Context) error { return s.decideConfigChange(c, true) }
+func (s *Server) cancelConfigChange(c *gin.Context) error  { return s.decideConfigChange(c, false) }
+
+// decideConfigChange answers POST .../config-changes/{change_id}/confirm and /cancel (admins): the change
+// as decided, with the server as it leaves it. The key that requested a change cannot confirm it (403
+// self_confirmation); it may cancel it.
+func (s *Server) decideConfigChange(c *gin.Context, confirm bool) error {
+	p := principalOf(c)
+	id, err := parseServerID(c.Param("server_id"))
+	if err != nil {
+		return err
+	}
+	changeID, err := parseUUIDField("change_id", c.Param("change_id"))
+	if err != nil {
+		return err
+	}
+	if err := noBody(c); err != nil {
+		return err
+	}
+	srv, ch, err := s.deps.Remote.Decide(c.Request.Context(), p.TenantID, id, changeID, p.KeyID, confirm)
+	switch {
+	case errors.Is(err, persistence.ErrSelfConfirmation):
+		return problem(http.StatusForbidden, "self_confirmation", "a configuration change cannot be confirmed with the key that requested it: "+
+			"another administrator's key must confirm it, or the host command line (mcpfleet server approval) make it (you may cancel your own change)")
+	case errors.Is(err, persistence.ErrChangeNotPending):
+		return problem(http.StatusConflict, "change_not_pending", "the configuration change is not pending: it was applied when made, or confirmed or cancelled already")
+	case errors.Is(err, persistence.ErrNotFound):
+		return problem(http.StatusNotFound, "not_found", "no such configuration change of this server in this tenant")
+	case err != nil:
+		return remoteError(err)
+	}
+	c.JSON(http.StatusOK, gin.H{"change": configChangeJSON(ch), "server": serverDetailJSON(srv.Server, srv.Description)})
+	return nil
+}
+
+// pageParams reads ?after= (a sequence number, default 0) and ?limit= (1 to 1000, default 100).
+func pageParams(c *gin.Context) (int64, int, error) {
+	after, limit := int64(0), 100
+	if v := c.Query("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, badRequest("invalid_field", "after", "after must be a non-negative sequence number")
+		}
+		after = n
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, 0, badRequest("invalid_field", "limit", "limit must be a whole number from 1 to 1000")
+		}
+		limit = n
+	}
+	return after, limit, nil
+}
+
+// noBody refuses a body on a request that takes none, as decodeJSON refuses unknown fields: an empty body or
+// an empty JSON object ({}) is accepted, anything else is a problem naming the first unknown field.
+func noBody(c *gin.Context) error {
+	r := c.Request
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return nil
+	}
+	var none struct{}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return problem(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		}
+		return badRequest("invalid_json", "", "the body could not be read")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return decodeBytes(body, &none)
 }
 
 func (s *Server) testConnection(c *gin.Context) error {
 	p := principalOf(c)
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
+		return err
+	}
+	if err := noBody(c); err != nil {
 		return err
 	}
 	rep, err := s.deps.Remote.TestConnection(c.Request.Context(), p.TenantID, id)
@@ -240,6 +412,9 @@ func (s *Server) importCatalogue(c *gin.Context) error {
 	p := principalOf(c)
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
+		return err
+	}
+	if err := noBody(c); err != nil {
 		return err
 	}
 	rep, err := s.deps.Remote.Import(c.Request.Context(), p.TenantID, id, p.KeyID)
@@ -329,20 +504,9 @@ func (s *Server) listToolChanges(c *gin.Context) error {
 	if err != nil || len(raw) != 36 {
 		return badRequest("invalid_field", "skill_id", "skill_id must be a UUID")
 	}
-	after, limit := int64(0), 100
-	if v := c.Query("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return badRequest("invalid_field", "after", "after must be a non-negative sequence number")
-		}
-		after = n
-	}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return badRequest("invalid_field", "limit", "limit must be a whole number from 1 to 1000")
-		}
-		limit = n
+	after, limit, err := pageParams(c)
+	if err != nil {
+		return err
 	}
 	changes, err := s.store.ToolChanges(c.Request.Context(), p.TenantID, id, after, limit)
 	if errors.Is(err, persistence.ErrNotFound) {
@@ -519,8 +683,14 @@ const (
 )
 
 // forModuleKey withholds from d what a module key is not told: the reason of its last probe and its
-// import error are replaced by generic phrases (their presence, failure_class and import_status stay).
+// import error are replaced by generic phrases (their presence, failure_class and import_status stay), and
+// an administrator's server shows no endpoint (null): where an administrator's server lives is the
+// administrators' to know, and a module never needs it (a module's own endpoint, given at registration,
+// stays visible).
 func (d *ServerDetailJSON) forModuleKey() {
+	if d.Origin == persistence.OriginAdmin {
+		d.Endpoint = nil
+	}
 	if d.LastProbe != nil && d.LastProbe.Reason != "" {
 		pj := *d.LastProbe
 		pj.Reason = withheldProbeReason
@@ -600,6 +770,7 @@ func remoteError(err error) error {
 	var ex *actors.ExistsError
 	var au *remote.AuthUnsupportedError
 	var tm *remote.TooManyToolsError
+	var tl *remote.CatalogueTooLargeError
 	switch {
 	case errors.As(err, &inv):
 		return badRequest("invalid_field", inv.Field, inv.Detail)
@@ -619,6 +790,8 @@ func remoteError(err error) error {
 		return problem(http.StatusConflict, "catalogue_from_advertisement", "this server registered itself: its catalogue is its capability advertisement, which a registration updates; only an administrator's server is imported")
 	case errors.As(err, &tm):
 		return problem(http.StatusConflict, "catalogue_too_large", tm.Error()+" (MCPFLEET_MAX_TOOLS_PER_SERVER): nothing was written")
+	case errors.As(err, &tl):
+		return problem(http.StatusConflict, "catalogue_too_large", tl.Error()+" (MCPFLEET_MAX_CATALOGUE_BYTES): nothing was written")
 	case errors.Is(err, remote.ErrNoEndpoint):
 		return problem(http.StatusConflict, "no_endpoint", "the server has no endpoint: set one (PATCH endpoint) first")
 	case errors.As(err, &au):

@@ -19,12 +19,17 @@ import (
 
 // GET /v1/mcp/events is the fleet's event stream (server-sent events), for any role, with a bearer key
 // or a dashboard session: one event per registration, transition, deregistration and catalogue import
-// of the caller's tenant, and one per recorded tool change (mcp.tool.changed: a definition changed or an
-// endpoint moved, which disables the tool until an operator enables it again), each
+// of the caller's tenant, one per recorded tool change (mcp.tool.changed: a definition changed or an
+// endpoint moved, which disables the tool until an operator enables it again), and one per recorded
+// configuration change and per decision of a pending one (mcp.server.configured), each
 //
-//	id: t<audit seq>-<import seq>-<tool change seq>
-//	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"[, "skill_id", "tool", "cause"]}
+//	id: t<audit seq>-<import seq>-<tool change seq>[-<configuration change seq>]
+//	data: {"kind", "server_id", "module_name", "from", "status", "at", "trace_id"[, "skill_id", "tool", "cause"]
+//	       [, "change_id", "changes", "by"]}
 //
+// A module key's stream leaves out mcp.tool.changed and mcp.server.configured: what they say (which key
+// changed what, where a server moved) is the operators' and administrators' to read, as
+// GET /v1/mcp/skills/{id}/changes and GET /v1/mcp/servers/{id}/config-changes are.
 // The events are read from the tenant's audit log, import log and tool changes (durable and
 // append-only), by the tenant's own sequence numbers, which have no gaps and follow commit order: a stream sends each event
 // at the first poll after its commit, whatever other tenants do, and never waits for a number. A
@@ -145,6 +150,13 @@ type EventJSON struct {
 	SkillID *uuid.UUID `json:"skill_id,omitempty"`
 	Tool    *string    `json:"tool,omitempty"`
 	Cause   *string    `json:"cause,omitempty"`
+	// A configuration change (kind mcp.server.configured; from is null and status applied or pending for
+	// its request, from pending and status confirmed or cancelled for its decision) names the change, its
+	// fields old → new (never a credential's value) and who: the requesting key for a request, the deciding
+	// one for a decision (a key id, or "cli"). Absent for every other kind.
+	ChangeID *uuid.UUID                 `json:"change_id,omitempty"`
+	Changes  []persistence.ConfigChange `json:"changes,omitempty"`
+	By       *string                    `json:"by,omitempty"`
 }
 
 // streams counts and stops the open event streams: in all, by tenant and by key.
@@ -289,7 +301,7 @@ func (s *Server) events(c *gin.Context) {
 		s.fail(c, storeError(err))
 		return
 	}
-	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, w: c.Writer, rc: http.NewResponseController(c.Writer),
+	st := &eventStream{s: s, cfg: cfg, tenant: p.TenantID, module: p.Role == persistence.RoleModule, w: c.Writer, rc: http.NewResponseController(c.Writer),
 		watch: watch, beats: map[uuid.UUID]time.Time{}}
 	// The server's read and write timeouts were set for a request that ends: clear the read deadline (a
 	// stream has nothing more to read, only a disconnect to notice) and give each write its own.
@@ -299,8 +311,9 @@ func (s *Server) events(c *gin.Context) {
 	if resume != nil {
 		// A cursor ahead of the log is from another database; one too far behind would replay too much.
 		reset = resume.Audit > latest.Audit || resume.Import > latest.Import || resume.Tool > latest.Tool ||
+			resume.Config > latest.Config ||
 			latest.Audit-resume.Audit > int64(cfg.MaxReplay) || latest.Import-resume.Import > int64(cfg.MaxReplay) ||
-			latest.Tool-resume.Tool > int64(cfg.MaxReplay)
+			latest.Tool-resume.Tool > int64(cfg.MaxReplay) || latest.Config-resume.Config > int64(cfg.MaxReplay)
 		if !reset {
 			st.cur = *resume
 		}
@@ -330,6 +343,9 @@ type eventStream struct {
 	s      *Server
 	cfg    EventStreamConfig
 	tenant uuid.UUID
+	// module is a module key's stream: tool and configuration changes are not sent on it (their positions
+	// still advance the cursor).
+	module bool
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	cur    persistence.EventCursor // the position after the last event sent
@@ -404,7 +420,7 @@ func (st *eventStream) poll(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var audit, imports, changes int
+		var audit, imports, changes, configs int
 		for _, e := range evs {
 			// The id written with each event is the position after it, so a client resuming from any
 			// id it saw gets exactly what follows.
@@ -415,15 +431,21 @@ func (st *eventStream) poll(ctx context.Context) error {
 			case e.ToolChange:
 				st.cur.Tool = e.Seq
 				changes++
+			case e.Config:
+				st.cur.Config = e.Seq
+				configs++
 			default:
 				st.cur.Audit = e.Seq
 				audit++
+			}
+			if st.module && (e.ToolChange || e.Config) {
+				continue
 			}
 			if err := st.write(eventFrame(st.cur, e)); err != nil {
 				return fmt.Errorf("%w: %v", errWrite, err)
 			}
 		}
-		if audit < eventBatch && imports < eventBatch && changes < eventBatch {
+		if audit < eventBatch && imports < eventBatch && changes < eventBatch && configs < eventBatch {
 			return nil
 		}
 	}
@@ -460,6 +482,13 @@ func eventFrame(cur persistence.EventCursor, e persistence.FleetEvent) string {
 	if e.ToolChange {
 		skill, tool, cause := e.SkillID, e.Tool, e.Cause
 		out.SkillID, out.Tool, out.Cause = &skill, &tool, &cause
+	}
+	if e.Config {
+		id := e.ChangeID
+		out.ChangeID, out.Changes, out.By = &id, e.Changes, actorJSON(e.By)
+		if out.Changes == nil {
+			out.Changes = []persistence.ConfigChange{}
+		}
 	}
 	if e.From != "" {
 		from := e.From

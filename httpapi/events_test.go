@@ -80,19 +80,21 @@ func (l *fakeLog) FleetEvents(_ context.Context, tenantID uuid.UUID, c persisten
 	if tenantID != l.tenant {
 		return nil, nil
 	}
-	var audit, imports, changes []persistence.FleetEvent
+	var audit, imports, changes, configs []persistence.FleetEvent
 	for _, e := range l.events {
 		switch {
 		case e.Import && e.Seq > c.Import:
 			imports = append(imports, e)
 		case e.ToolChange && e.Seq > c.Tool:
 			changes = append(changes, e)
-		case !e.Import && !e.ToolChange && e.Seq > c.Audit:
+		case e.Config && e.Seq > c.Config:
+			configs = append(configs, e)
+		case !e.Import && !e.ToolChange && !e.Config && e.Seq > c.Audit:
 			audit = append(audit, e)
 		}
 	}
 	var out []persistence.FleetEvent
-	for _, evs := range [][]persistence.FleetEvent{audit, imports, changes} {
+	for _, evs := range [][]persistence.FleetEvent{audit, imports, changes, configs} {
 		sortSeq(evs)
 		out = append(out, evs[:min(len(evs), limit)]...)
 	}
@@ -117,6 +119,8 @@ func (l *fakeLog) LatestEventCursor(_ context.Context, tenantID uuid.UUID) (pers
 			c.Import = max(c.Import, e.Seq)
 		case e.ToolChange:
 			c.Tool = max(c.Tool, e.Seq)
+		case e.Config:
+			c.Config = max(c.Config, e.Seq)
 		default:
 			c.Audit = max(c.Audit, e.Seq)
 		}
@@ -182,6 +186,14 @@ func imp(seq int64, from, status string) persistence.FleetEvent {
 func toolChange(seq int64, cause string) persistence.FleetEvent {
 	e := ev(seq, persistence.KindToolChanged, "enabled", "disabled")
 	e.ToolChange, e.SkillID, e.Tool, e.Cause = true, uuid.MustParse("6f1d2c3e-0000-4000-8000-0000000000aa"), "echo", cause
+	return e
+}
+
+func configChange(seq int64, from, status string) persistence.FleetEvent {
+	e := ev(seq, persistence.KindConfigured, from, status)
+	e.Config, e.ChangeID = true, uuid.MustParse("6f1d2c3e-0000-4000-8000-0000000000cc")
+	e.Changes = []persistence.ConfigChange{{Field: "requires_approval", Old: true, New: false}}
+	e.By = persistence.ByKey(uuid.MustParse("6f1d2c3e-0000-4000-8000-0000000000dd"))
 	return e
 }
 
@@ -479,6 +491,7 @@ func TestEventStreamLimits(t *testing.T) {
 // resumes the tool changes from the first, since none of them was sent on it.
 func TestEventStreamToolChanges(t *testing.T) {
 	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	e.key = e.addKey(e.tenant, persistence.RoleOperator) // a module key is sent no tool changes
 	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
 	_, frames := e.open("t1-0-0", "")
 	e.log.add(toolChange(1, "endpoint"))
@@ -508,6 +521,56 @@ func TestEventStreamToolChanges(t *testing.T) {
 	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
 	if f := next(t, frames); f.id != "t2-0-2" || strings.Contains(f.data, "skill_id") {
 		t.Fatalf("an audit event after tool changes: %+v", f)
+	}
+}
+
+// A recorded configuration change is an event of its own log: mcp.server.configured with the change, its
+// fields old → new and who, numbered in the id's fourth part (an id of three parts has none yet).
+func TestEventStreamConfigChanges(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	e.key = e.addKey(e.tenant, persistence.RoleAdmin)
+	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+	_, frames := e.open("t1-0-0", "")
+	e.log.add(configChange(1, "", "pending"))
+	f := next(t, frames)
+	want := `{"kind":"mcp.server.configured","server_id":"6f1d2c3e-0000-4000-8000-000000000001","module_name":"mod",` +
+		`"from":null,"status":"pending","at":"2026-05-17T10:00:01Z","trace_id":null,"change_id":"6f1d2c3e-0000-4000-8000-0000000000cc",` +
+		`"changes":[{"field":"requires_approval","old":true,"new":false}],"by":"6f1d2c3e-0000-4000-8000-0000000000dd"}`
+	if f.id != "t1-0-0-1" || f.data != want {
+		t.Fatalf("frame %+v\nwant data %s", f, want)
+	}
+	e.log.add(configChange(2, "pending", "confirmed"))
+	if f := next(t, frames); f.id != "t1-0-0-2" || !strings.Contains(f.data, `"from":"pending","status":"confirmed"`) {
+		t.Fatalf("the decision: %+v", f)
+	}
+	_, frames = e.open("t1-0-0", "")
+	if f := next(t, frames); f.id != "t1-0-0-1" {
+		t.Fatalf("resumed from a three-part id: %+v", f)
+	}
+}
+
+// A module key's stream carries neither tool changes nor configuration changes (the endpoints that list
+// them refuse module keys), while its position still moves past them; an operator's carries both.
+func TestEventStreamModuleKeysSeeNoChanges(t *testing.T) {
+	e := newStreamEnv(t, httpapi.EventStreamConfig{})
+	e.log.add(ev(1, "mcp.server.registered", "", "healthy"))
+	_, module := e.open("t1-0-0", "")
+	_, ops, _ := e.openAs(e.addKey(e.tenant, persistence.RoleOperator), "t1-0-0", "")
+	e.log.add(toolChange(1, "definition"))
+	e.log.add(configChange(1, "", "applied"))
+	for _, want := range []string{"t1-0-1", "t1-0-1-1"} {
+		if f := next(t, ops); f.id != want {
+			t.Fatalf("operator: %+v, want %s", f, want)
+		}
+	}
+	e.log.add(ev(2, "mcp.server.degraded", "healthy", "degraded"))
+	if f := next(t, module); !strings.Contains(f.data, `"kind":"mcp.server.degraded"`) {
+		t.Fatalf("module key: first frame %+v, want the degraded event", f)
+	}
+	// A later poll than the one that passed the changes: its id shows the stream went past them.
+	e.log.add(ev(3, "mcp.server.recovered", "degraded", "healthy"))
+	if f := next(t, module); f.id != "t3-0-1-1" || !strings.Contains(f.data, `"kind":"mcp.server.recovered"`) {
+		t.Fatalf("module key: %+v, want the recovered event at t3-0-1-1", f)
 	}
 }
 

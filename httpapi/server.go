@@ -46,6 +46,7 @@ type Store interface {
 	ListSkills(ctx context.Context, tenantID, serverID uuid.UUID) ([]persistence.Skill, error)
 	ListAudit(ctx context.Context, tenantID uuid.UUID, f persistence.AuditFilter) ([]persistence.AuditEvent, error)
 	ToolChanges(ctx context.Context, tenantID, skillID uuid.UUID, after int64, limit int) ([]persistence.ToolChange, error)
+	ConfigChangeLog(ctx context.Context, tenantID, serverID uuid.UUID, after int64, limit int) ([]persistence.ConfigChangeRecord, error)
 	Ping(ctx context.Context) error
 }
 

@@ -174,6 +174,10 @@ type ConfigureCmd struct {
 	Config     ServerConfig // the editable fields are written; the rest take their defaults
 	TraceID    string
 	At         time.Time
+	// ChangeID and By: the creation is recorded in server_config_changes (state applied, every field),
+	// requested by By.
+	ChangeID uuid.UUID
+	By       Actor
 
 	Server Server // result
 }
@@ -182,8 +186,8 @@ type ConfigureCmd struct {
 func (c *ConfigureCmd) Tenant() uuid.UUID { return c.TenantID }
 
 // Queue implements Command: whether the tenant is at its server limit, then the server and its audit
-// event in one statement, its configuration in a third (which finds the server through the first, so a retry or a name taken by another server writes
-// nothing).
+// event in one statement, its configuration in a third and the record of the creation in a fourth (which
+// find the server through the second, so a retry or a name taken by another server writes nothing).
 func (c *ConfigureCmd) Queue(b *pgx.Batch) {
 	k := c.Config
 	b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM mcp_servers WHERE tenant_id = $1 AND module_name = $2) AND NOT `+
@@ -212,6 +216,7 @@ func (c *ConfigureCmd) Queue(b *pgx.Batch) {
 		ON CONFLICT (server_id) DO NOTHING`,
 		c.ServerID, c.TenantID, k.Endpoint, k.AuthMode, k.AuthHeaderName, k.Credential, k.DataClass,
 		k.RequiresApproval, k.Enabled, k.Liveness, c.At)
+	queueCreationChange(b, c.ChangeID, c.ServerID, k, c.By, c.TraceID, c.At)
 }
 
 // Read implements Command.
@@ -223,8 +228,10 @@ func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
 	srv, err := scanServer(br.QueryRow())
 	// Refused, nothing was written: the configuration statement finds no server of this id.
 	if errors.Is(err, pgx.ErrNoRows) && overLimit {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("configure: %w", translate(err))
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("configure: %w", translate(err))
+			}
 		}
 		return refuse(fmt.Errorf("configure: module %q: %w", c.ModuleName, ErrServerLimit))
 	}
@@ -235,50 +242,12 @@ func (c *ConfigureCmd) Read(br pgx.BatchResults) error {
 		return fmt.Errorf("configure: %w", translate(err))
 	}
 	c.Server = srv
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("configure: %w", translate(err))
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("configure: %w", translate(err))
+		}
 	}
 	return nil
-}
-
-// UpdateServerConfig changes the configuration of one server of tenantID in one transaction: the row
-// is created with the defaults if the server has none, locked, handed to edit (which may change the
-// editable fields — endpoint, auth, credential, data class, approval, enabled, liveness — or return an
-// error, which is returned and writes nothing), and written back with updated_at = at. edit must not
-// block. It returns the server and the configuration as committed, or ErrNotFound.
-func (s *Store) UpdateServerConfig(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, edit func(*ServerConfig) error) (Server, ServerConfig, error) {
-	var srv Server
-	var cfg ServerConfig
-	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		var err error
-		srv, err = scanServer(tx.QueryRow(ctx, `SELECT `+serverColumns+` FROM mcp_servers WHERE server_id = $1`, serverID))
-		if err != nil {
-			return translate(err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO server_config (server_id, tenant_id, created_at, updated_at)
-			SELECT server_id, tenant_id, $2, $2 FROM mcp_servers WHERE server_id = $1
-			ON CONFLICT (server_id) DO NOTHING`, serverID, at); err != nil {
-			return err
-		}
-		cfg, err = scanConfig(tx.QueryRow(ctx, `SELECT `+configColumns+` FROM server_config c WHERE c.server_id = $1 FOR UPDATE`, serverID))
-		if err != nil {
-			return translate(err)
-		}
-		if err := edit(&cfg); err != nil {
-			return err
-		}
-		cfg, err = scanConfig(tx.QueryRow(ctx, `UPDATE server_config c SET endpoint = nullif($2, ''), auth_mode = $3,
-				auth_header_name = $4, credential = $5, data_class = nullif($6, ''), requires_approval = $7,
-				enabled = $8, liveness = $9, updated_at = $10
-			WHERE c.server_id = $1 RETURNING `+configColumns,
-			serverID, cfg.Endpoint, cfg.AuthMode, cfg.AuthHeaderName, cfg.Credential, cfg.DataClass,
-			cfg.RequiresApproval, cfg.Enabled, cfg.Liveness, at))
-		return translate(err)
-	})
-	if err != nil {
-		return Server{}, ServerConfig{}, fmt.Errorf("update server config: %w", err)
-	}
-	return srv, cfg, nil
 }
 
 // RecordContact stamps the last successful contact with the server and the latency of the round trip

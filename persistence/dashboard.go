@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -116,19 +117,26 @@ func listServers(ctx context.Context, tx pgx.Tx, f ServerFilter) ([]Server, erro
 }
 
 // EventCursor is a position in a tenant's fleet event stream: the last audit event, the last import
-// event and the last tool change seen, by the tenant's own sequence numbers (tenant_seq). The zero
-// cursor is the start.
+// event, the last tool change and the last configuration change event seen, by the tenant's own
+// sequence numbers (tenant_seq; for configuration changes the one numbering of their requests and
+// decisions). The zero cursor is the start.
 type EventCursor struct {
 	Audit  int64
 	Import int64
 	Tool   int64
+	Config int64
 }
 
 // String is the cursor as GET /v1/mcp/events writes it in id: "t<audit seq>-<import seq>-<tool change
-// seq>". The "t" tells it from an id of the numbering shared by every tenant that came before
-// (ErrOldEventCursor).
+// seq>", followed by "-<configuration change seq>" once there is one (an id without it is the same
+// position with none). The "t" tells it from an id of the numbering shared by every tenant that came
+// before (ErrOldEventCursor).
 func (c EventCursor) String() string {
-	return "t" + strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10) + "-" + strconv.FormatInt(c.Tool, 10)
+	s := "t" + strconv.FormatInt(c.Audit, 10) + "-" + strconv.FormatInt(c.Import, 10) + "-" + strconv.FormatInt(c.Tool, 10)
+	if c.Config > 0 {
+		s += "-" + strconv.FormatInt(c.Config, 10)
+	}
+	return s
 }
 
 // ErrOldEventCursor is an event id written before migration 0012, in the numbering shared by every
@@ -137,12 +145,13 @@ var ErrOldEventCursor = errors.New("the event id is from the numbering before te
 
 // ParseEventCursor parses what String wrote. An id of the old form "<seq>-<seq>" is ErrOldEventCursor.
 // An id without the tool change part, "t<audit seq>-<import seq>" (written before tool changes were
-// streamed), resumes the tool changes from the first: none of them was sent on such a stream.
+// streamed), resumes the tool changes from the first: none of them was sent on such a stream; likewise
+// an id without the configuration change part.
 func ParseEventCursor(s string) (EventCursor, error) {
 	body, current := strings.CutPrefix(s, "t")
 	c, parts, ok := parseSeqs(body)
 	switch {
-	case !ok || len(s) > 63:
+	case !ok || len(s) > 83:
 		return EventCursor{}, fmt.Errorf("event id %q: want t<audit seq>-<import seq>-<tool change seq>", s)
 	case !current && parts == 2:
 		return EventCursor{}, ErrOldEventCursor
@@ -152,13 +161,13 @@ func ParseEventCursor(s string) (EventCursor, error) {
 	return c, nil
 }
 
-// parseSeqs parses two or three non-negative numbers joined by "-".
+// parseSeqs parses two to four non-negative numbers joined by "-".
 func parseSeqs(s string) (EventCursor, int, bool) {
 	parts := strings.Split(s, "-")
-	if len(parts) != 2 && len(parts) != 3 {
+	if len(parts) < 2 || len(parts) > 4 {
 		return EventCursor{}, 0, false
 	}
-	var n [3]int64
+	var n [4]int64
 	for i, p := range parts {
 		v, err := strconv.ParseInt(p, 10, 64)
 		if err != nil || v < 0 {
@@ -166,12 +175,14 @@ func parseSeqs(s string) (EventCursor, int, bool) {
 		}
 		n[i] = v
 	}
-	return EventCursor{Audit: n[0], Import: n[1], Tool: n[2]}, len(parts), true
+	return EventCursor{Audit: n[0], Import: n[1], Tool: n[2], Config: n[3]}, len(parts), true
 }
 
 // latestCursorSQL reads the tenant's newest event numbers, in EventCursor's order.
 const latestCursorSQL = `SELECT (SELECT coalesce(max(tenant_seq), 0) FROM audit_events),
-	(SELECT coalesce(max(tenant_seq), 0) FROM import_events), (SELECT coalesce(max(tenant_seq), 0) FROM tool_changes)`
+	(SELECT coalesce(max(tenant_seq), 0) FROM import_events), (SELECT coalesce(max(tenant_seq), 0) FROM tool_changes),
+	greatest((SELECT coalesce(max(tenant_seq), 0) FROM server_config_changes),
+		(SELECT coalesce(max(decided_seq), 0) FROM server_config_changes))`
 
 // FleetSnapshot is one consistent read of a tenant's fleet for the overview: the counts by status, a
 // page of servers and the event cursor they reflect. Events after Cursor are exactly the changes not
@@ -187,7 +198,7 @@ type FleetSnapshot struct {
 func (s *Store) FleetSnapshot(ctx context.Context, tenantID uuid.UUID, f ServerFilter) (FleetSnapshot, error) {
 	out := FleetSnapshot{Counts: map[health.Status]int{}}
 	err := s.inTenantSnapshot(ctx, tenantID, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, latestCursorSQL).Scan(&out.Cursor.Audit, &out.Cursor.Import, &out.Cursor.Tool); err != nil {
+		if err := tx.QueryRow(ctx, latestCursorSQL).Scan(&out.Cursor.Audit, &out.Cursor.Import, &out.Cursor.Tool, &out.Cursor.Config); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM mcp_servers GROUP BY status`)
@@ -254,11 +265,20 @@ type FleetEvent struct {
 	SkillID uuid.UUID
 	Tool    string
 	Cause   string
+	// Config says the event is a configuration change's (KindConfigured; Seq is then its request's
+	// tenant_seq or its decision's decided_seq): its id, fields and who — the requester for a request
+	// (From empty, Status applied or pending), the decider for a decision (From pending, Status confirmed or
+	// cancelled).
+	Config   bool
+	ChangeID uuid.UUID
+	Changes  []ConfigChange
+	By       Actor
 }
 
 // FleetEvents returns up to limit events of each of tenantID's logs after c: audit events after c.Audit,
-// import events after c.Import and tool changes after c.Tool, each in the order of the tenant's own
-// sequence (audit events first, then imports, then tool changes). Each sequence is gapless and numbered
+// import events after c.Import, tool changes after c.Tool and configuration change events after c.Config,
+// each in the order of the tenant's own sequence (audit events first, then imports, tool changes,
+// configuration changes). Each sequence is gapless and numbered
 // in commit order (migrations 0012 and 0015), so what FleetEvents returns is everything that follows c:
 // an event not returned now will be numbered after the last one returned.
 func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCursor, limit int) ([]FleetEvent, error) {
@@ -305,7 +325,11 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 			err := r.Scan(&e.Seq, &e.ServerID, &e.ModuleName, &e.From, &e.At, &e.TraceID, &e.SkillID, &e.Tool, &e.Cause)
 			return e, err
 		})
-		out = append(append(audit, imports...), changes...)
+		if err != nil {
+			return err
+		}
+		configs, err := configEvents(ctx, tx, c.Config, limit)
+		out = append(append(append(audit, imports...), changes...), configs...)
 		return err
 	})
 	if err != nil {
@@ -314,11 +338,62 @@ func (s *Store) FleetEvents(ctx context.Context, tenantID uuid.UUID, c EventCurs
 	return out, nil
 }
 
+// configEvents returns up to limit configuration change events after seq, in order: each change's request
+// (at its tenant_seq) and each decided change's decision (at its decided_seq).
+func configEvents(ctx context.Context, tx pgx.Tx, after int64, limit int) ([]FleetEvent, error) {
+	rows, err := tx.Query(ctx, `SELECT e.seq, e.decision, x.change_id, x.server_id, m.module_name, x.state, x.changes,
+			x.requested_by, x.requested_via, x.requested_at, x.decided_by, coalesce(x.decided_via, ''), x.decided_at,
+			coalesce(x.trace_id, '')
+		FROM (SELECT change_id, tenant_seq AS seq, false AS decision FROM server_config_changes WHERE tenant_seq > $1
+			UNION ALL
+			SELECT change_id, decided_seq, true FROM server_config_changes WHERE decided_seq > $1
+			ORDER BY 2 LIMIT $2) e
+		JOIN server_config_changes x ON x.change_id = e.change_id
+		JOIN mcp_servers m ON m.server_id = x.server_id
+		ORDER BY e.seq`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
+		e := FleetEvent{Kind: KindConfigured, Config: true}
+		var decision bool
+		var state, reqVia, decVia string
+		var reqBy, decBy *uuid.UUID
+		var reqAt time.Time
+		var decAt *time.Time
+		var raw []byte
+		if err := r.Scan(&e.Seq, &decision, &e.ChangeID, &e.ServerID, &e.ModuleName, &state, &raw, &reqBy, &reqVia, &reqAt,
+			&decBy, &decVia, &decAt, &e.TraceID); err != nil {
+			return e, err
+		}
+		if err := json.Unmarshal(raw, &e.Changes); err != nil {
+			return e, err
+		}
+		switch {
+		case decision && decAt != nil:
+			// Only the request's trace id is recorded: a decision's event carries none.
+			e.From, e.Status, e.At, e.By, e.TraceID = string(ChangePending), state, *decAt, Actor{Via: decVia}, ""
+			if decBy != nil {
+				e.By.Key = *decBy
+			}
+		default:
+			e.Status, e.At, e.By = state, reqAt, Actor{Via: reqVia}
+			if state != string(ChangeApplied) {
+				e.Status = string(ChangePending) // its request: what it was when made
+			}
+			if reqBy != nil {
+				e.By.Key = *reqBy
+			}
+		}
+		return e, nil
+	})
+}
+
 // LatestEventCursor returns the cursor after the newest event of tenantID.
 func (s *Store) LatestEventCursor(ctx context.Context, tenantID uuid.UUID) (EventCursor, error) {
 	var c EventCursor
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, latestCursorSQL).Scan(&c.Audit, &c.Import, &c.Tool)
+		return tx.QueryRow(ctx, latestCursorSQL).Scan(&c.Audit, &c.Import, &c.Tool, &c.Config)
 	})
 	if err != nil {
 		return EventCursor{}, fmt.Errorf("latest event: %w", err)

@@ -291,7 +291,7 @@ func TestFleetSnapshotAndEvents(t *testing.T) {
 	if c, err := persistence.ParseEventCursor("t1-2"); err != nil || c != (persistence.EventCursor{Audit: 1, Import: 2}) {
 		t.Fatalf("a two-part id parsed as %v, %v", c, err)
 	}
-	for _, bad := range []string{"", "1", "t1", "a-b", "ta-b", "-1-2", "t-1-2", "1-2-3", "t1-2-3-4", "t1-2--3", "1--2", "tt1-2"} {
+	for _, bad := range []string{"", "1", "t1", "a-b", "ta-b", "-1-2", "t-1-2", "1-2-3", "t1-2-3-4-5", "t1-2--3", "1--2", "tt1-2"} {
 		if _, err := persistence.ParseEventCursor(bad); err == nil || errors.Is(err, persistence.ErrOldEventCursor) {
 			t.Errorf("cursor %q: %v, want refused", bad, err)
 		}

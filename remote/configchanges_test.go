@@ -2,51 +2,55 @@ package remote_test
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/remote"
 )
 
-// ConfigChanges names every changed editable field, old → new, in a fixed order, and never shows a
-// credential: only that it was set, replaced or removed.
-func TestConfigChanges(t *testing.T) {
-	base := persistence.ServerConfig{Endpoint: "https://a.example/mcp", AuthMode: "bearer", Credential: []byte("sealed-one"),
-		DataClass: "internal", RequiresApproval: true, Enabled: true, Liveness: "push"}
+// Only switching approval off on a server that requires it is held for a second administrator; the rest of
+// the same change applies, and switching it on, or leaving it off, is never held.
+func TestHoldApprovalOff(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		edit func(*persistence.ServerConfig)
-		want []string
+		name          string
+		before, after bool
+		held          bool
 	}{
-		{"nothing", func(*persistence.ServerConfig) {}, nil},
-		{"approval off", func(c *persistence.ServerConfig) { c.RequiresApproval = false }, []string{"requires_approval: true → false"}},
-		{"move and class removed", func(c *persistence.ServerConfig) { c.Endpoint, c.DataClass = "https://b.example/mcp", "" },
-			[]string{"endpoint: https://a.example/mcp → https://b.example/mcp", "data_class: internal → none"}},
-		{"credential replaced", func(c *persistence.ServerConfig) { c.Credential = []byte("sealed-two") }, []string{"auth.credential: replaced"}},
-		{"credential removed", func(c *persistence.ServerConfig) { c.AuthMode, c.Credential = "none", nil },
-			[]string{"auth.mode: bearer → none", "auth.credential: removed"}},
-		{"disabled, probed", func(c *persistence.ServerConfig) { c.Enabled, c.Liveness = false, "probe" },
-			[]string{"enabled: true → false", "liveness: push → probe"}},
+		{"off", true, false, true},
+		{"stays on", true, true, false},
+		{"on", false, true, false},
+		{"stays off", false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			after := base
-			after.Credential = slices.Clone(base.Credential)
-			tc.edit(&after)
-			got := remote.ConfigChanges(base, after)
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("changes %q, want %q", got, tc.want)
+			before := persistence.ServerConfig{RequiresApproval: tc.before, DataClass: "public"}
+			after := persistence.ServerConfig{RequiresApproval: tc.after, DataClass: "internal"}
+			held := remote.HoldApprovalOff(before, &after)
+			if (len(held) > 0) != tc.held {
+				t.Fatalf("held %v, want held %v", held, tc.held)
 			}
-			for _, c := range got {
-				if strings.Contains(c, "sealed") {
-					t.Fatalf("a change shows the credential: %q", c)
+			if tc.held {
+				if !after.RequiresApproval || held[0] != (persistence.ConfigChange{Field: "requires_approval", Old: true, New: false}) {
+					t.Fatalf("held %v, after %+v", held, after)
 				}
+			} else if after.RequiresApproval != tc.after {
+				t.Fatalf("after %+v", after)
+			}
+			if after.DataClass != "internal" {
+				t.Fatalf("another field was held back: %+v", after)
 			}
 		})
 	}
-	set := base
-	set.Credential = nil
-	if got := remote.ConfigChanges(set, base); !slices.Equal(got, []string{"auth.credential: set"}) {
-		t.Fatalf("a first credential: %q", got)
+}
+
+// ChangeLines shows old → new ("none" for none), and for a credential only what happened to it.
+func TestChangeLines(t *testing.T) {
+	got := remote.ChangeLines([]persistence.ConfigChange{
+		{Field: "requires_approval", Old: true, New: false},
+		{Field: "data_class", Old: "internal", New: nil},
+		{Field: "auth.credential", New: "replaced"},
+	})
+	want := []string{"requires_approval: true → false", "data_class: internal → none", "auth.credential: replaced"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
 	}
 }

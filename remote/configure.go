@@ -1,11 +1,9 @@
 package remote
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 	"strings"
 	"time"
 
@@ -37,6 +35,8 @@ type ConfigureInput struct {
 	RequiresApproval *bool      // nil: true
 	Enabled          *bool      // nil: true
 	Liveness         string     // "push" or "probe"
+	// By is the administrator's key, recorded with the creation.
+	By uuid.UUID
 }
 
 // PatchInput changes a server's configuration; nil (or unset) fields are left as they are.
@@ -58,10 +58,12 @@ type PatchInput struct {
 	By uuid.UUID
 }
 
-// Server is a server with its description, as an operation that changed it leaves it.
+// Server is a server with its description, as an operation that changed it leaves it. Pending is the
+// change of an Update that waits for another administrator (HoldApprovalOff), nil when none.
 type Server struct {
 	Server      persistence.Server
 	Description Description
+	Pending     *persistence.ConfigChangeRecord
 }
 
 // Configure creates a configured server through the fleet (so it has an actor and a health state
@@ -93,7 +95,7 @@ func (s *Service) Configure(ctx context.Context, tenantID uuid.UUID, in Configur
 	}
 	srv, err := s.fleet.Configure(ctx, actors.ConfigureRequest{
 		ServerID: cfg.ServerID, TenantID: tenantID, ModuleName: in.ModuleName, Version: in.Version,
-		Config: cfg, Trace: telemetry.CarrierFrom(ctx),
+		Config: cfg, Trace: telemetry.CarrierFrom(ctx), By: in.By,
 	})
 	if err != nil {
 		return Server{}, err
@@ -105,10 +107,13 @@ func (s *Service) Configure(ctx context.Context, tenantID uuid.UUID, in Configur
 	return Server{Server: srv, Description: descs[srv.ServerID]}, nil
 }
 
-// Update changes the configuration of one server of tenantID (persistence.ErrNotFound for none). A
-// change that commits is logged ("server configuration changed", at info) with the server, in.By and
-// ConfigChanges: who changed what, old → new, never the credential. Turning requires_approval off
-// releases no parked call: each still needs another administrator's approval (gateway.Approve).
+// Update changes the configuration of one server of tenantID (persistence.ErrNotFound for none). What
+// changes is recorded in the same transaction (server_config_changes: who, each field old → new, never a
+// credential's value) and logged ("server configuration changed", at info). Switching requires_approval
+// off does not apply: it is recorded as a pending change (Server.Pending) that another administrator's key
+// must confirm (Decide) — the rest of the same request applies. Four eyes on every call would mean nothing
+// if the key that asks for a call could switch the requirement off and call again. Confirming it releases
+// no parked call: each still needs another administrator's approval (gateway.Approve).
 func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in PatchInput) (Server, error) {
 	var endpoint string
 	if in.Endpoint != nil {
@@ -128,77 +133,102 @@ func (s *Service) Update(ctx context.Context, tenantID, serverID uuid.UUID, in P
 	if in.AuthSet && in.Auth != nil && in.Auth.CredentialSet && s.key == nil {
 		return Server{}, ErrNoSecretKey // before the transaction: nothing to seal with
 	}
-	var before persistence.ServerConfig
-	srv, cfg, err := s.store.UpdateServerConfig(ctx, tenantID, serverID, s.wallNow(), func(c *persistence.ServerConfig) error {
-		before = *c
-		if in.Endpoint != nil {
-			if c.Credential != nil && originOf(endpoint) != originOf(c.Endpoint) {
-				// Never send a credential to an origin it was not given for: a new one must come with the move.
-				c.Credential = nil
-				if in.AuthSet && in.Auth != nil && !in.Auth.CredentialSet {
-					return invalid("auth.credential", "the endpoint moves to another origin (scheme, host or port), so the stored credential is not kept: give auth.credential for the new endpoint")
-				}
-			}
-			c.Endpoint = endpoint
-		}
-		if in.Liveness != nil {
-			c.Liveness = *in.Liveness
-		}
-		if in.DataClassSet {
-			c.DataClass = in.DataClass
-		}
-		if in.RequiresApproval != nil {
-			c.RequiresApproval = *in.RequiresApproval
-		}
-		if in.Enabled != nil {
-			c.Enabled = *in.Enabled
-		}
-		if in.AuthSet {
-			if err := s.applyAuth(c, in.Auth, false); err != nil {
-				return err
-			}
-		}
-		if c.Liveness == persistence.LivenessProbe && c.Endpoint == "" {
-			return invalid("liveness", "probe liveness needs an endpoint to probe")
-		}
-		return nil
+	up, err := s.store.UpdateServerConfig(ctx, tenantID, serverID, s.wallNow(), persistence.ConfigEdit{
+		By: persistence.ByKey(in.By), TraceID: telemetry.TraceID(ctx), Hold: HoldApprovalOff,
+		Edit: func(c *persistence.ServerConfig) error { return s.edit(c, in, endpoint) },
 	})
 	if err != nil {
 		return Server{}, err
 	}
-	if changes := ConfigChanges(before, cfg); len(changes) > 0 {
-		s.log.InfoContext(ctx, "server configuration changed", "tenant_id", tenantID, "server_id", serverID,
-			"module_name", srv.ModuleName, "key_id", in.By, "changes", changes)
-	}
-	return Server{Server: srv, Description: Description{Config: cfg, LastProbe: s.probes.lastResult(serverID)}}, nil
-}
-
-// ConfigChanges lists the editable fields that differ between before and after, in a fixed order, each
-// as "field: old → new" ("" shown as none). The credential is never shown: only "auth.credential:
-// set", "replaced" or "removed".
-func ConfigChanges(before, after persistence.ServerConfig) []string {
-	var out []string
-	show := func(v string) string { return cmp.Or(v, "none") }
-	add := func(field, old, new string) {
-		if old != new {
-			out = append(out, field+": "+show(old)+" → "+show(new))
+	for _, ch := range []*persistence.ConfigChangeRecord{up.Applied, up.Pending} {
+		if ch != nil {
+			s.log.InfoContext(ctx, "server configuration changed", "tenant_id", tenantID, "server_id", serverID,
+				"module_name", up.Server.ModuleName, "key_id", in.By, "change_id", ch.ChangeID, "state", ch.State,
+				"changes", ChangeLines(ch.Changes))
 		}
 	}
-	add("endpoint", before.Endpoint, after.Endpoint)
-	add("auth.mode", before.AuthMode, after.AuthMode)
-	add("auth.header_name", before.AuthHeaderName, after.AuthHeaderName)
-	switch {
-	case before.Credential == nil && after.Credential != nil:
-		out = append(out, "auth.credential: set")
-	case before.Credential != nil && after.Credential == nil:
-		out = append(out, "auth.credential: removed")
-	case !bytes.Equal(before.Credential, after.Credential):
-		out = append(out, "auth.credential: replaced")
+	return Server{Server: up.Server, Description: Description{Config: up.Config, LastProbe: s.probes.lastResult(serverID)},
+		Pending: up.Pending}, nil
+}
+
+// edit writes in into c (Update's edit, inside its transaction); endpoint is in.Endpoint as checked.
+func (s *Service) edit(c *persistence.ServerConfig, in PatchInput, endpoint string) error {
+	if in.Endpoint != nil {
+		if c.Credential != nil && originOf(endpoint) != originOf(c.Endpoint) {
+			// Never send a credential to an origin it was not given for: a new one must come with the move.
+			c.Credential = nil
+			if in.AuthSet && in.Auth != nil && !in.Auth.CredentialSet {
+				return invalid("auth.credential", "the endpoint moves to another origin (scheme, host or port), so the stored credential is not kept: give auth.credential for the new endpoint")
+			}
+		}
+		c.Endpoint = endpoint
 	}
-	add("data_class", before.DataClass, after.DataClass)
-	add("requires_approval", strconv.FormatBool(before.RequiresApproval), strconv.FormatBool(after.RequiresApproval))
-	add("enabled", strconv.FormatBool(before.Enabled), strconv.FormatBool(after.Enabled))
-	add("liveness", before.Liveness, after.Liveness)
+	if in.Liveness != nil {
+		c.Liveness = *in.Liveness
+	}
+	if in.DataClassSet {
+		c.DataClass = in.DataClass
+	}
+	if in.RequiresApproval != nil {
+		c.RequiresApproval = *in.RequiresApproval
+	}
+	if in.Enabled != nil {
+		c.Enabled = *in.Enabled
+	}
+	if in.AuthSet {
+		if err := s.applyAuth(c, in.Auth, false); err != nil {
+			return err
+		}
+	}
+	if c.Liveness == persistence.LivenessProbe && c.Endpoint == "" {
+		return invalid("liveness", "probe liveness needs an endpoint to probe")
+	}
+	return nil
+}
+
+// HoldApprovalOff is the one change an administrator's key cannot make alone: switching requires_approval
+// from true to false on an existing server. It takes that change out of after and returns it, to be
+// recorded as pending (persistence.ConfigEdit.Hold); every other change applies. Creating a server
+// without approval needs no second key (there is no gate yet to pass), nor does switching approval on.
+func HoldApprovalOff(before persistence.ServerConfig, after *persistence.ServerConfig) []persistence.ConfigChange {
+	if !before.RequiresApproval || after.RequiresApproval {
+		return nil
+	}
+	after.RequiresApproval = true
+	return []persistence.ConfigChange{{Field: "requires_approval", Old: true, New: false}}
+}
+
+// Decide confirms (confirm true: applies) or cancels the pending change changeID of serverID by the key by,
+// and logs it. The key that requested a change may cancel it, never confirm it
+// (persistence.ErrSelfConfirmation); a change that is not pending is persistence.ErrChangeNotPending.
+func (s *Service) Decide(ctx context.Context, tenantID, serverID, changeID, by uuid.UUID, confirm bool) (Server, persistence.ConfigChangeRecord, error) {
+	d, err := s.store.DecideConfigChange(ctx, tenantID, serverID, changeID, persistence.ByKey(by), confirm, s.wallNow())
+	if err != nil {
+		return Server{}, persistence.ConfigChangeRecord{}, err
+	}
+	s.log.InfoContext(ctx, "server configuration change decided", "tenant_id", tenantID, "server_id", serverID,
+		"module_name", d.Server.ModuleName, "key_id", by, "change_id", changeID, "state", d.Change.State,
+		"requested_by", d.Change.RequestedBy.Key, "changes", ChangeLines(d.Change.Changes))
+	return Server{Server: d.Server, Description: Description{Config: d.Config, LastProbe: s.probes.lastResult(serverID)}}, d.Change, nil
+}
+
+// ChangeLines writes changes as the log shows them, "field: old → new" ("none" for nil), in their order;
+// auth.credential shows only what happened to it ("auth.credential: set", "replaced" or "removed").
+func ChangeLines(changes []persistence.ConfigChange) []string {
+	show := func(v any) string {
+		if v == nil {
+			return "none"
+		}
+		return fmt.Sprint(v)
+	}
+	out := make([]string, 0, len(changes))
+	for _, c := range changes {
+		if c.Field == "auth.credential" {
+			out = append(out, c.Field+": "+show(c.New))
+			continue
+		}
+		out = append(out, c.Field+": "+show(c.Old)+" → "+show(c.New))
+	}
 	return out
 }
 

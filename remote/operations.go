@@ -248,6 +248,11 @@ func (s *Service) Import(ctx context.Context, tenantID, serverID, by uuid.UUID) 
 	if max := s.cfg.MaxToolsPerServer; max > 0 && len(tools) > max {
 		return ImportReport{}, &TooManyToolsError{Tools: len(tools), Max: max}
 	}
+	if max := s.cfg.MaxCatalogueBytes; max > 0 {
+		if n := catalogueBytes(tools); n > max {
+			return ImportReport{}, &CatalogueTooLargeError{Bytes: n, Max: max}
+		}
+	}
 	ch, err := s.store.ApplyImport(wctx, tenantID, serverID, tools, cat.TTL, now, by, telemetry.TraceID(ctx))
 	if err != nil {
 		return ImportReport{}, err
@@ -265,6 +270,15 @@ func (s *Service) Import(ctx context.Context, tenantID, serverID, by uuid.UUID) 
 	s.log.InfoContext(ctx, "catalogue imported", "server_id", serverID, "host", endpointHost(cfg.Endpoint), "pages", cat.Pages,
 		"tools", len(tools), "added", ch.Added, "kept", ch.Kept, "orphaned", ch.Orphaned, "skipped", len(skipped))
 	return rep, nil
+}
+
+// catalogueBytes is what tools take as stored: names, descriptions, input schemas and annotations.
+func catalogueBytes(tools []persistence.Tool) int {
+	n := 0
+	for _, t := range tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema) + len(t.Annotations)
+	}
+	return n
 }
 
 // importable splits a catalogue into the tools to write and the tools skipped, with reasons: a schema

@@ -90,7 +90,8 @@ func invalid(field, format string, args ...any) *InvalidError {
 type Store interface {
 	ServerConfigs(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]persistence.ServerConfig, error)
 	GetServerConfig(ctx context.Context, tenantID, serverID uuid.UUID) (persistence.Server, persistence.ServerConfig, error)
-	UpdateServerConfig(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, edit func(*persistence.ServerConfig) error) (persistence.Server, persistence.ServerConfig, error)
+	UpdateServerConfig(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, e persistence.ConfigEdit) (persistence.ConfigUpdate, error)
+	DecideConfigChange(ctx context.Context, tenantID, serverID, changeID uuid.UUID, by persistence.Actor, confirm bool, at time.Time) (persistence.ConfigDecision, error)
 	RecordContact(ctx context.Context, tenantID, serverID uuid.UUID, at time.Time, latency time.Duration) error
 	RecordImportFailure(ctx context.Context, tenantID, serverID uuid.UUID, reason string, at time.Time, traceID string) error
 	ApplyImport(ctx context.Context, tenantID, serverID uuid.UUID, tools []persistence.Tool, ttl time.Duration, at time.Time, by uuid.UUID, traceID string) (persistence.SkillChanges, error)
@@ -129,6 +130,17 @@ type Config struct {
 	// MaxToolsPerServer caps the tools an import may write (MCPFLEET_MAX_TOOLS_PER_SERVER); a larger
 	// catalogue is refused whole (*TooManyToolsError), never trimmed. 0: no limit.
 	MaxToolsPerServer int
+	// MaxCatalogueBytes caps the bytes of the tools an import may write — names, descriptions, input
+	// schemas and annotations, as stored (MCPFLEET_MAX_CATALOGUE_BYTES); a larger catalogue is refused
+	// whole (*CatalogueTooLargeError), never trimmed. 0: no limit.
+	MaxCatalogueBytes int
+}
+
+// CatalogueTooLargeError refuses an import whose importable tools take more bytes than the limit.
+type CatalogueTooLargeError struct{ Bytes, Max int }
+
+func (e *CatalogueTooLargeError) Error() string {
+	return fmt.Sprintf("the catalogue's importable tools take %d bytes, more than the limit of %d", e.Bytes, e.Max)
 }
 
 // TooManyToolsError refuses an import whose catalogue has more importable tools than the limit.

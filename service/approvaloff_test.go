@@ -8,9 +8,10 @@ import (
 	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 )
 
-// Break C of the review: the requesting administrator switches approval off. That is an administrator's
-// power, but it is recorded (who, what, old → new) and it releases no call already parked: the parked
-// call still refuses its requester's own approval and runs only when another administrator approves it.
+// Break C of the review: the requesting administrator switches approval off. That waits for a second
+// administrator (TestApprovalOffNeedsASecondAdministrator); once confirmed it is logged (who, what, old →
+// new) and it releases no call already parked: the parked call still refuses its requester's own approval
+// and runs only when another administrator approves it.
 func TestApprovalSwitchedOffKeepsParkedCallsParked(t *testing.T) {
 	var logs logBuffer
 	h := newHarness(t, withMCP, withLogs(&logs))
@@ -20,8 +21,8 @@ func TestApprovalSwitchedOffKeepsParkedCallsParked(t *testing.T) {
 	if c.State != "awaiting_approval" {
 		t.Fatalf("call %+v", c)
 	}
-	if r := h.do("PATCH", "/v1/mcp/servers/"+id, h.adminKey(), map[string]any{"requires_approval": false}); r.status != http.StatusOK {
-		t.Fatalf("patch: %d %s", r.status, r.body)
+	if got := h.patch(id, map[string]any{"requires_approval": false}); got["requires_approval"] != false {
+		t.Fatalf("approval after a second administrator confirmed switching it off: %v", got["requires_approval"])
 	}
 	if got := h.getCall(c.CallID); got.State != "awaiting_approval" || got.DecidedBy != nil {
 		t.Fatalf("the parked call after approval was switched off: %+v", got)
@@ -45,7 +46,7 @@ func TestApprovalSwitchedOffKeepsParkedCallsParked(t *testing.T) {
 	}
 	last := changed[len(changed)-1]
 	ch, _ := last["changes"].([]any)
-	if last["key_id"] != c.RequestedBy || last["server_id"] != id || !slices.Equal(ch, []any{"requires_approval: true → false"}) {
+	if last["key_id"] != c.RequestedBy || last["server_id"] != id || last["state"] != "pending" || !slices.Equal(ch, []any{"requires_approval: true → false"}) {
 		t.Fatalf("the record of the change: %v", last)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpfleet/mcpfleet/mcpclient/mcptest"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -92,4 +93,26 @@ func truncate(b []byte) string {
 		return string(b[:300]) + "…"
 	}
 	return string(b)
+}
+
+// test-connection and import take no body: none or {} is accepted, a field is refused like everywhere
+// (400 unknown_field, problem+json), before anything is sent to the server.
+func TestBodilessOperationsRefuseUnknownFields(t *testing.T) {
+	h := newHarness(t, withMCP)
+	srv := mcptest.Tools(t)
+	b := configureBody("tools", srv.URL)
+	b["data_class"] = "internal"
+	id := h.configureID(b)
+	for _, op := range []string{"test-connection", "import"} {
+		path := "/v1/mcp/servers/" + id + "/" + op
+		p := wantProblem(t, h.do("POST", path, h.adminKey(), map[string]any{"dry_run": true}), http.StatusBadRequest, "unknown_field")
+		if p["field"] != "dry_run" {
+			t.Errorf("%s: problem %v, want field dry_run", op, p)
+		}
+		for _, body := range []any{nil, map[string]any{}} {
+			if r := h.do("POST", path, h.adminKey(), body); r.status != http.StatusOK {
+				t.Errorf("%s with body %v: %d %s", op, body, r.status, r.body)
+			}
+		}
+	}
 }

@@ -74,6 +74,7 @@ type Config struct {
 	MaxServersPerTenant   int // MCPFLEET_MAX_SERVERS_PER_TENANT: servers of any status in one tenant, default 500,000
 	MaxToolsPerServer     int // MCPFLEET_MAX_TOOLS_PER_SERVER: tools one server may advertise or import, default 500
 	MaxAdvertisementBytes int // MCPFLEET_MAX_ADVERTISEMENT_BYTES: size of a capability advertisement, default 256 KiB, at most 1 MiB
+	MaxCatalogueBytes     int // MCPFLEET_MAX_CATALOGUE_BYTES: bytes of the tools one import writes (names, descriptions, schemas, annotations), default 4 MiB
 
 	// Cluster is cluster mode (service/cluster.go); off, the default, is single-node mode.
 	Cluster ClusterConfig

@@ -69,8 +69,25 @@ type sseEvent struct {
 		Tool     string `json:"tool"`
 		Cause    string `json:"cause"`
 		TraceID  string `json:"trace_id"`
+		From     string `json:"from"`
+		ChangeID string `json:"change_id"`
+		By       string `json:"by"`
+		// Changes counts the fields of a configuration change (a count keeps the struct comparable).
+		Changes changeCount `json:"changes"`
 	}
 	at time.Time
+}
+
+// changeCount reads a JSON array as its length.
+type changeCount int
+
+func (c *changeCount) UnmarshalJSON(b []byte) error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(b, &items); err != nil {
+		return err
+	}
+	*c = changeCount(len(items))
+	return nil
 }
 
 // openEvents opens the event stream with key (resuming after lastID unless empty) and returns its events

@@ -108,13 +108,27 @@ func (h *harness) importCatalogue(id string) map[string]any {
 	return r.json(h.T)
 }
 
+// patch PATCHes server id with the admin key and returns the server.
+//
+// A PATCH that switches approval off is answered 202 with a pending change: patch confirms it with the
+// tenant's second admin key (four eyes on configuration) and returns the server as the confirmation
+// leaves it.
 func (h *harness) patch(id string, body map[string]any) map[string]any {
 	h.T.Helper()
 	r := h.do("PATCH", "/v1/mcp/servers/"+id, h.adminKey(), body)
-	if r.status != http.StatusOK {
-		h.T.Fatalf("patch %s %v: %d %s", id, body, r.status, r.body)
+	switch r.status {
+	case http.StatusOK:
+		return r.json(h.T)
+	case http.StatusAccepted:
+		change := r.json(h.T)["pending_change"].(map[string]any)["change_id"].(string)
+		c := h.do("POST", "/v1/mcp/servers/"+id+"/config-changes/"+change+"/confirm", h.SecondAdminKey(), nil)
+		if c.status != http.StatusOK {
+			h.T.Fatalf("confirm %s of %s: %d %s", change, id, c.status, c.body)
+		}
+		return c.json(h.T)["server"].(map[string]any)
 	}
-	return r.json(h.T)
+	h.T.Fatalf("patch %s %v: %d %s", id, body, r.status, r.body)
+	return nil
 }
 
 // fullSkill is a skill as the API shows it, with every field the MCP client tests read.

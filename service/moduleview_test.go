@@ -63,3 +63,39 @@ func TestModuleKeysDoNotReadProbeOrImportDetail(t *testing.T) {
 		}
 	}
 }
+
+// A module key reads an administrator's server without its endpoint (null), in the list and in the
+// single-server answer; a self-registered server's endpoint (its module gave it) stays visible to it, and
+// operators and administrators read both.
+func TestModuleKeysDoNotReadAdminEndpoints(t *testing.T) {
+	h := newHarness(t, withMCP)
+	admin := h.configureID(configureBody("configured", "http://127.0.0.1:9/mcp"))
+	r := h.do("POST", "/v1/mcp/servers/register", h.module(), echoRegistration("selfreg", "http://127.0.0.1:9/self"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	self := r.json(t)["server_id"].(string)
+	for role, key := range h.Keys {
+		single := map[string]map[string]any{}
+		for _, id := range []string{admin, self} {
+			single[id] = h.do("GET", "/v1/mcp/servers/"+id, key, nil).json(t)
+		}
+		listed := map[string]map[string]any{}
+		for _, it := range h.do("GET", "/v1/mcp/servers", key, nil).json(t)["servers"].([]any) {
+			obj := it.(map[string]any)
+			listed[obj["server_id"].(string)] = obj
+		}
+		for where, views := range map[string]map[string]map[string]any{"single": single, "list": listed} {
+			wantAdmin := any("http://127.0.0.1:9/mcp")
+			if role == persistence.RoleModule {
+				wantAdmin = nil
+			}
+			if got := views[admin]["endpoint"]; got != wantAdmin {
+				t.Errorf("%s, %s: the administrator's server's endpoint %v, want %v", role, where, got, wantAdmin)
+			}
+			if got := views[self]["endpoint"]; got != "http://127.0.0.1:9/self" {
+				t.Errorf("%s, %s: the self-registered server's endpoint %v", role, where, got)
+			}
+		}
+	}
+}

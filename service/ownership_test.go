@@ -438,6 +438,28 @@ func TestImportToolsPerServerLimit(t *testing.T) {
 	}
 }
 
+// An import whose tools take more bytes than MCPFLEET_MAX_CATALOGUE_BYTES is refused whole (409
+// catalogue_too_large, naming the limit), nothing written; one under it is imported. Each Paged tool takes
+// 64 bytes as stored (a 9-byte name, its normalised schema): two fit in 150, three (192) do not.
+func TestImportCatalogueBytesLimit(t *testing.T) {
+	h := newHarness(t, withMCP, func(c *service.Config, _ *service.Options) { c.MaxCatalogueBytes = 150 })
+	under, over := mcptest.Paged(t, 2, 2), mcptest.Paged(t, 3, 2)
+	b := configureBody("paged", under.URL)
+	b["data_class"] = "internal"
+	id := h.configureID(b)
+	if rep := h.importCatalogue(id); rep["tool_count"] != float64(2) {
+		t.Fatalf("import under the limit: %v", rep)
+	}
+	h.patch(id, map[string]any{"endpoint": over.URL})
+	p := wantProblem(t, h.do("POST", "/v1/mcp/servers/"+id+"/import", h.adminKey(), nil), http.StatusConflict, "catalogue_too_large")
+	if d, _ := p["detail"].(string); !strings.Contains(d, "192 bytes") || !strings.Contains(d, "limit of 150") || !strings.Contains(d, "MCPFLEET_MAX_CATALOGUE_BYTES") {
+		t.Fatalf("detail %q names neither the size nor the limit", d)
+	}
+	if skills := h.fullSkills(id); len(skills) != 2 {
+		t.Fatalf("%d skills after the refused import, want the 2 of the previous catalogue", len(skills))
+	}
+}
+
 // toolChanges reads GET /v1/mcp/skills/{id}/changes, decoded as fleetclient's type.
 func (h *harness) toolChanges(key, skillID, query string) (response, []fleetclient.ToolChange) {
 	h.T.Helper()

@@ -23,7 +23,7 @@ func (s *Service) newRemote(ctx context.Context, cfg Config, log *slog.Logger, f
 	}
 	r := remote.New(remote.Config{
 		AllowHosts: cfg.EndpointAllowlist, Timeout: cfg.MCPTimeout, ProbeInterval: cfg.HeartbeatInterval,
-		ProbeConcurrency: cfg.ProbeConcurrency, ClientVersion: "mcpfleet", MaxToolsPerServer: cfg.MaxToolsPerServer,
+		ProbeConcurrency: cfg.ProbeConcurrency, ClientVersion: "mcpfleet", MaxToolsPerServer: cfg.MaxToolsPerServer, MaxCatalogueBytes: cfg.MaxCatalogueBytes,
 	}, remote.Deps{Store: s.store, Fleet: fleet, Key: cfg.SecretKey, Log: log, Observer: s.MCPObserver()})
 	if n, err := r.ResealLegacyCredentials(ctx); err != nil {
 		log.Error("legacy credentials not all sealed again for their endpoint's origin", "resealed", n, "err", err)

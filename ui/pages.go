@@ -657,15 +657,21 @@ func (u *UI) saveSettings(c *gin.Context, s *session) {
 	approval := c.PostForm("requires_approval") == "on"
 	ctx := c.Request.Context()
 	in := remote.PatchInput{DataClassSet: true, DataClass: class, RequiresApproval: &approval, By: s.p.KeyID}
-	if _, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, in); err != nil {
+	srv, err := u.deps.Remote.Update(ctx, s.p.TenantID, id, in)
+	if err != nil {
 		status, msg := u.remoteProblem(ctx, err)
 		u.fail(c, s, status, msg, err)
 		return
 	}
 	notice := "Settings saved: data class " + orDash(class) + ", approval "
-	if approval {
+	switch {
+	case srv.Pending != nil:
+		notice += "still required: switching it off waits for another administrator to confirm change " +
+			srv.Pending.ChangeID.String() + " (POST /v1/mcp/servers/" + id.String() + "/config-changes/" +
+			srv.Pending.ChangeID.String() + "/confirm), or for mcpfleet server approval --off on the host."
+	case approval:
 		notice += "required."
-	} else {
+	default:
 		notice += "not required."
 	}
 	u.flashes.put(s, id.String(), flash{Notice: notice})

@@ -46,6 +46,7 @@ func main() {
 
 type config struct {
 	baseURL, adminKey, operatorKey, moduleKey string
+	secondAdminKey                            string
 	servers, tools, sessions, lists, calls    int
 	changes                                   int
 	servicePID                                int
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.baseURL, "base-url", "http://127.0.0.1:18181", "the service")
 	fs.StringVar(&c.adminKey, "admin-key", "", "an administrator's API key of the bench tenant")
+	fs.StringVar(&c.secondAdminKey, "second-admin-key", "", "another administrator's API key of the bench tenant: it confirms switching approval off")
 	fs.StringVar(&c.operatorKey, "operator-key", "", "an operator's API key of the bench tenant")
 	fs.StringVar(&c.moduleKey, "module-key", "", "a module API key of the bench tenant")
 	fs.IntVar(&c.servers, "servers", 200, "servers to register")
@@ -71,8 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.adminKey == "" || c.operatorKey == "" || c.moduleKey == "" {
-		return errors.New("-admin-key, -operator-key and -module-key are required")
+	if c.adminKey == "" || c.secondAdminKey == "" || c.operatorKey == "" || c.moduleKey == "" {
+		return errors.New("-admin-key, -second-admin-key, -operator-key and -module-key are required")
 	}
 	b := &bench{c: c, log: stderr, api: &http.Client{Timeout: 30 * time.Second}}
 	md, err := b.run(ctx)
@@ -199,8 +201,18 @@ func (b *bench) setup() (string, error) {
 	}); err != nil {
 		return "", fmt.Errorf("enable: %w", err)
 	}
-	if err := b.do("PATCH", "/v1/mcp/servers/"+ids[0], b.c.adminKey, map[string]any{"data_class": "internal", "requires_approval": false}, nil); err != nil {
+	var patched struct {
+		Pending *struct {
+			ChangeID string `json:"change_id"`
+		} `json:"pending_change"`
+	}
+	if err := b.do("PATCH", "/v1/mcp/servers/"+ids[0], b.c.adminKey, map[string]any{"data_class": "internal", "requires_approval": false}, &patched); err != nil {
 		return "", err
+	}
+	if patched.Pending != nil { // switching approval off waits for a second administrator
+		if err := b.do("POST", "/v1/mcp/servers/"+ids[0]+"/config-changes/"+patched.Pending.ChangeID+"/confirm", b.c.secondAdminKey, nil, nil); err != nil {
+			return "", err
+		}
 	}
 	if err := b.do("PUT", "/v1/mcp/settings", b.c.adminKey, map[string]any{"max_calls_per_run": 1000}, nil); err != nil {
 		return "", err

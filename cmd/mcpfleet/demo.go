@@ -110,7 +110,7 @@ func cmdDemo(ctx context.Context, cfg service.Config, args []string, stdout, std
 		say("")
 	}
 	say("Watching the demo modules (Ctrl-C to stop; the modules deregister on the way out):")
-	go readyForAgents(ctx, base, keys[persistence.RoleAdmin].APIKey, keys[persistence.RoleOperator].APIKey, servers, stdout)
+	go readyForAgents(ctx, base, keys[persistence.RoleAdmin].APIKey, agentKey.APIKey, keys[persistence.RoleOperator].APIKey, servers, stdout)
 	watchClient := fleetclient.New(base, keys[persistence.RoleOperator].APIKey)
 	err = demo.RunModules(ctx, base, keys[persistence.RoleModule].APIKey, servers, demo.RunOptions{
 		Out: stdout, MonitorPeriod: cfg.MonitorInterval, Watch: watchClient,

@@ -18,11 +18,12 @@ import (
 // dashboard (creating an event writes); the others' calls run at once.
 const demoApprovalServer = "calendar"
 
-// readyForAgents does, once the demo modules have registered, what an operator and an administrator
+// readyForAgents does, once the demo modules have registered, what an operator and two administrators
 // would do before agents use them through /mcp: give each demo server a data class, require approval
-// for demoApprovalServer only, and enable every tool. It prints one line when done, or why it could
+// for demoApprovalServer only (switching it off is a pending change of adminKey's that secondKey, another
+// administrator's key, confirms), and enable every tool. It prints one line when done, or why it could
 // not; it never stops the demo.
-func readyForAgents(ctx context.Context, base, adminKey, operatorKey string, servers []*demo.Server, out io.Writer) {
+func readyForAgents(ctx context.Context, base, adminKey, secondKey, operatorKey string, servers []*demo.Server, out io.Writer) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	do := func(method, path, key string, body, into any) error {
 		var rd io.Reader
@@ -80,9 +81,20 @@ func readyForAgents(ctx context.Context, base, adminKey, operatorKey string, ser
 	var listed []string
 	for _, s := range found {
 		approval := s.Module == demoApprovalServer
-		if err := do("PATCH", "/v1/mcp/servers/"+s.ID, adminKey, map[string]any{"data_class": "internal", "requires_approval": approval}, nil); err != nil {
+		var patched struct {
+			Pending *struct {
+				ChangeID string `json:"change_id"`
+			} `json:"pending_change"`
+		}
+		if err := do("PATCH", "/v1/mcp/servers/"+s.ID, adminKey, map[string]any{"data_class": "internal", "requires_approval": approval}, &patched); err != nil {
 			fmt.Fprintf(out, "agents: could not configure %s: %v\n", s.Module, err)
 			return
+		}
+		if patched.Pending != nil {
+			if err := do("POST", "/v1/mcp/servers/"+s.ID+"/config-changes/"+patched.Pending.ChangeID+"/confirm", secondKey, nil, nil); err != nil {
+				fmt.Fprintf(out, "agents: could not switch approval off for %s: %v\n", s.Module, err)
+				return
+			}
 		}
 		var skills struct {
 			Skills []struct {

@@ -48,7 +48,7 @@ func TestDemoReadyForAgents(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	readyForAgents(ctx, base, env.Keys[persistence.RoleAdmin], env.Keys[persistence.RoleOperator], servers, &out)
+	readyForAgents(ctx, base, env.Keys[persistence.RoleAdmin], env.SecondAdminKey(), env.Keys[persistence.RoleOperator], servers, &out)
 	if !strings.Contains(out.String(), "agents: every demo tool is enabled for /mcp") {
 		t.Fatalf("readyForAgents said %q", out.String())
 	}

@@ -4,6 +4,7 @@
 //	mcpfleet migrate                        apply the schema (owner connection)
 //	mcpfleet tenant create --name N         create a tenant, print {"tenant_id": ...}
 //	mcpfleet apikey create --tenant ID --role module|operator|admin
+//	mcpfleet server approval --tenant ID --server ID --on|--off
 //	mcpfleet demo                           everything, on an embedded default, with demo MCP servers
 package main
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -41,6 +42,9 @@ commands:
                                            prints {"key_id", "api_key", "role", "modules"}
   apikey list --tenant ID                  list a tenant's keys (no secrets), revoked ones included
   apikey revoke --key-id ID                revoke a key (it stops working within 30 s)
+  server approval --tenant ID --server ID --on|--off
+                                           switch a server's approval requirement at once (recorded as
+                                           by "cli"; the API needs a second admin key to switch it off)
   demo                                     find or start PostgreSQL, migrate, create a demo tenant and keys,
                                            serve, and run demo MCP servers that register and heartbeat
 
@@ -65,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdTenant(ctx, cfg, args[1:], stdout, stderr)
 	case "apikey":
 		return cmdAPIKey(ctx, cfg, args[1:], stdout, stderr)
+	case "server":
+		return cmdServer(ctx, cfg, args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, cfg, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -297,6 +303,59 @@ func cmdAPIKeyRevoke(ctx context.Context, cfg service.Config, args []string, std
 		return err
 	}
 	return writeJSON(stdout, map[string]any{"key_id": k.KeyID, "tenant_id": k.TenantID, "revoked_at": k.RevokedAt})
+}
+
+const serverUsage = `usage: mcpfleet server approval --tenant ID --server ID --on|--off`
+
+func cmdServer(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "approval" {
+		return usageError{serverUsage}
+	}
+	return cmdServerApproval(ctx, cfg, args[1:], stdout, stderr)
+}
+
+// cmdServerApproval switches a server's requires_approval at once. It is the single-administrator
+// installation's way to switch approval off: through the API that needs a second admin key (four eyes, so
+// that an agent holding an admin key cannot pass its own gate); this command runs on the host with the owner
+// database connection, which no API key gives. The change is recorded like any other (requested_by "cli").
+func cmdServerApproval(ctx context.Context, cfg service.Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("server approval", stderr)
+	adminURL(fs, &cfg)
+	tenant := fs.String("tenant", "", "tenant id")
+	server := fs.String("server", "", "server id")
+	on := fs.Bool("on", false, "require approval for every call of the server's tools")
+	off := fs.Bool("off", false, "call the server's tools without approval")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	tid, err := uuid.Parse(*tenant)
+	if err != nil {
+		return usageError{"server approval: --tenant must be a tenant id (a UUID)"}
+	}
+	sid, err := uuid.Parse(*server)
+	if err != nil {
+		return usageError{"server approval: --server must be a server id (a UUID)"}
+	}
+	if *on == *off {
+		return usageError{"server approval: give exactly one of --on and --off"}
+	}
+	admin, err := openAdmin(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	up, err := admin.SetApproval(ctx, tid, sid, *on, time.Now().UTC())
+	if errors.Is(err, persistence.ErrNotFound) {
+		return fmt.Errorf("server approval: no server %s in tenant %s", sid, tid)
+	}
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"server_id": sid, "module_name": up.Server.ModuleName, "requires_approval": up.Config.RequiresApproval, "change_id": nil}
+	if up.Applied != nil {
+		out["change_id"] = up.Applied.ChangeID
+	}
+	return writeJSON(stdout, out)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -105,6 +105,9 @@
     switch (e.kind) {
       case 'mcp.server.imported': return 'catalogue import ' + e.status;
       case 'mcp.tool.changed': return 'tool ' + e.tool + (e.cause === 'endpoint' ? ' moved with its endpoint' : ' changed') + ', disabled until enabled again';
+      case 'mcp.server.configured': return 'configuration ' + e.status + ' by ' + (e.by || 'an unknown key') + ': ' + (e.changes || []).map(function (c) {
+        return c.field === 'auth.credential' ? c.field + ' ' + c['new'] : c.field + ' ' + (c.old === null ? 'none' : String(c.old)) + ' → ' + (c['new'] === null ? 'none' : String(c['new']));
+      }).join(', ');
       case 'mcp.server.registered': return e.from ? 'registered again (' + label(e.from) + ' → ' + label(e.status) + ')' : 'registered (' + label(e.status) + ')';
       case 'mcp.server.deregistered': return 'deregistered';
     }
@@ -156,7 +159,7 @@
       logEl.insertBefore(li, logEl.firstChild);
       while (logEl.children.length > 20) { logEl.removeChild(logEl.lastChild); }
     }
-    if (e.kind === 'mcp.server.imported' || e.kind === 'mcp.tool.changed') { return; }
+    if (e.kind === 'mcp.server.imported' || e.kind === 'mcp.tool.changed' || e.kind === 'mcp.server.configured') { return; }
     if (e.from !== e.status) {
       if (e.from) { bump(e.from, -1); } else { bump('total', 1); }
       bump(e.status, 1);
