@@ -93,7 +93,7 @@ func checkAdvertisedAddr(v string) error {
 // joinCluster joins the cluster (cluster mode): the node takes its share of the shards, loading
 // their servers into the fleet, before Start goes on, and requests for servers are routed from then on.
 func (s *Service) joinCluster(ctx context.Context, cfg Config, log *slog.Logger) error {
-	s.routed = &routedFleet{local: s.fleet, modules: s.store, timeout: cfg.WriteTimeout}
+	s.routed = &routedFleet{local: s.fleet, modules: s.store, timeout: cfg.WriteTimeout, replays: newReplays(2 * cfg.WriteTimeout)}
 	node, err := cluster.Start(ctx, cluster.Config{Etcd: cfg.Cluster.Etcd, Name: cfg.Cluster.Name, Addr: cfg.Cluster.Addr, Log: log},
 		s.routed.serve, func(ctx context.Context, shards []int) error {
 			return s.fleet.SetOwned(ctx, shards, s.store, s.node) // each shard's epoch claimed as it is taken

@@ -30,6 +30,7 @@ type routedFleet struct {
 	node    *cluster.Node
 	modules moduleLookup
 	timeout time.Duration
+	replays *replays // the answers of the non-idempotent requests forwarded here lately
 }
 
 // moduleLookup finds the server of a module (persistence.Store).
@@ -56,6 +57,9 @@ const (
 
 // wireRequest is a forwarded request (JSON in a protobuf BytesValue).
 type wireRequest struct {
+	// ID names a non-idempotent request (register, deregister, configure) across its retries: the owner
+	// runs it once (replays).
+	ID        uuid.UUID                `json:"id,omitempty"`
 	Op        string                   `json:"op"`
 	TenantID  uuid.UUID                `json:"tenant_id"`
 	ServerID  uuid.UUID                `json:"server_id,omitempty"`
@@ -154,6 +158,9 @@ func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireRe
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
+	if req.Op == opRegister || req.Op == opDeregister || req.Op == opConfigure {
+		req.ID = uuid.New() // a retry after a late answer must not run it twice at the owner
+	}
 	for {
 		var rep wireReply
 		var err error
@@ -202,14 +209,24 @@ func (r *routedFleet) serve(ctx context.Context, b []byte) []byte {
 	var rep wireReply
 	if err := json.Unmarshal(b, &req); err != nil {
 		rep = wireReply{Err: "internal", Msg: "bad forwarded request: " + err.Error()}
-	} else {
-		var err error
-		rep, err = r.serveLocal(ctx, req)
-		encodeErr(&rep, err)
+		out, _ := json.Marshal(rep)
+		return out
 	}
-	out, err := json.Marshal(rep)
-	if err != nil {
-		out, _ = json.Marshal(wireReply{Err: "internal", Msg: err.Error()})
+	run := func() []byte {
+		rep, err := r.serveLocal(ctx, req)
+		encodeErr(&rep, err)
+		out, err := json.Marshal(rep)
+		if err != nil {
+			out, _ = json.Marshal(wireReply{Err: "internal", Msg: err.Error()})
+		}
+		return out
+	}
+	if req.ID == uuid.Nil || r.replays == nil {
+		return run()
+	}
+	out, ok := r.replays.do(ctx, req.ID, run)
+	if !ok { // the first run of this request is still in flight: the caller retries again
+		out, _ = json.Marshal(wireReply{Err: "not_owner", Msg: "the same request is still running here"})
 	}
 	return out
 }
