@@ -45,6 +45,7 @@ func (s *Store) Commit(ctx context.Context, cmds []Command) (errs []error) {
 	if len(cmds) == 0 {
 		return errs
 	}
+	defer func() { s.countCreated(cmds, errs) }()
 	refusals, groupErr := s.commitGroup(ctx, 0, cmds)
 	if groupErr == nil {
 		return refusals

@@ -1,8 +1,59 @@
 package persistence
 
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
 // SetLoadPage makes LoadServers read pages of n rows until the returned func restores the size.
 func SetLoadPage(n int) (restore func()) {
 	old := loadPage
 	loadPage = n
 	return func() { loadPage = old }
+}
+
+// RegisterSetReads applies cmds as one registerSet, unfenced, in a transaction of tenant on db, reads what
+// its statements (and the triggers they fire) read of each table — the heap tuples fetched by sequential
+// and index scans, from pg_stat_xact_user_tables — and rolls the transaction back.
+func RegisterSetReads(ctx context.Context, db *pgxpool.Pool, tenant uuid.UUID, cmds []*RegisterCmd) (map[string]int64, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the transaction only measures
+	if _, err := tx.Exec(ctx, stepSQL, tenant.String()); err != nil {
+		return nil, err
+	}
+	set := &registerSet{tenant: tenant}
+	for _, c := range cmds {
+		set.add(c, Fence{})
+	}
+	b := &pgx.Batch{}
+	set.queue(b)
+	br := tx.SendBatch(ctx, b)
+	err = set.read(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+		FROM pg_stat_xact_user_tables`)
+	if err != nil {
+		return nil, err
+	}
+	reads := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		reads[name] = n
+	}
+	return reads, rows.Err()
 }

@@ -321,3 +321,93 @@ func TestLoadServersInPages(t *testing.T) {
 		}
 	}
 }
+
+// A set's cost does not grow with the fleet: registering 64 new modules and re-registering 64 others in a
+// tenant of 4,000 servers, without statistics (a fresh database, autovacuum off: the fleet is inserted
+// directly, so the store's own analysis does not run), reads a bounded number of rows per command from
+// mcp_servers, skill_registry and the audit log — index probes per input row — never the tenant's whole
+// fleet (the statements' module look-ups once read all of it, per input row).
+func TestRegisterSetReadsDoNotGrowWithTheFleet(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	const fleet = 4000
+	if _, err := d.owner.Exec(ctx, `
+		WITH s AS (INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols, status, last_heartbeat_at, registered_at)
+			SELECT gen_random_uuid(), $1, 'fleet-' || lpad(g::text, 5, '0'), '1', '{2025-11-25}', 'healthy', $2, $2 FROM generate_series(0, $3 - 1) g
+			RETURNING server_id, module_name),
+		k AS (INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available, created_at, updated_at)
+			SELECT gen_random_uuid(), $1, s.server_id, 'ping', '{"type":"object"}', false, true, $2, $2 FROM s)
+		INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, occurred_at)
+			SELECT gen_random_uuid(), $1, 'mcp.server.registered', s.server_id, s.module_name, '1', 'healthy', $2 FROM s`,
+		d.tenant, t0, fleet); err != nil {
+		t.Fatal(err)
+	}
+	cmd := func(module string) *persistence.RegisterCmd {
+		return &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant, ModuleName: module,
+			Version: "1", Protocols: []string{"2025-11-25"}, At: t0.Add(time.Second),
+			Tools: []persistence.Tool{{Name: "ping", InputSchema: []byte(`{"type":"object"}`)}}}
+	}
+	var cmds []*persistence.RegisterCmd
+	for j := range 64 {
+		cmds = append(cmds, cmd(fmt.Sprintf("new-%03d", j)), cmd(fmt.Sprintf("fleet-%05d", j*50)))
+	}
+	reads, err := persistence.RegisterSetReads(ctx, d.app, d.tenant, cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"mcp_servers", "audit_events", "skill_registry"} {
+		if limit := int64(8 * len(cmds)); reads[table] > limit {
+			t.Errorf("registering %d modules in a fleet of %d read %d rows of %s, want at most %d", len(cmds), fleet, reads[table], table, limit)
+		}
+	}
+	t.Logf("rows read: mcp_servers %d, skill_registry %d, audit_events %d", reads["mcp_servers"], reads["skill_registry"], reads["audit_events"])
+}
+
+// The store analyzes the fleet's tables once the servers it created reach 1,000, then when they double:
+// after 1,000 new servers committed through it, mcp_servers has statistics (PostgreSQL's own autovacuum
+// is off on this machine, so nothing else gives it any), and re-registering them analyzes nothing more.
+func TestStoreAnalyzesTheFleetAsItGrows(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	analyzed := func() bool {
+		var n int
+		if err := d.owner.QueryRow(ctx, `SELECT count(*) FROM pg_stats WHERE tablename = 'mcp_servers' AND attname = 'tenant_id'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if analyzed() {
+		t.Skip("mcp_servers has statistics before the test (autovacuum is on): nothing to prove")
+	}
+	register := func(from, n int) {
+		cmds := make([]persistence.Command, n)
+		for j := range cmds {
+			cmds[j] = &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
+				ModuleName: fmt.Sprintf("m-%05d", from+j), Version: "1", Protocols: []string{"2025-11-25"}, At: t0}
+		}
+		for _, err := range d.store.Commit(ctx, cmds) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	register(0, 999)
+	if got := d.store.AnalyzeStats(); got.Runs != 0 || analyzed() {
+		t.Fatalf("after 999 servers: %+v, analyzed %v; want no analysis yet", got, analyzed())
+	}
+	register(999, 1)
+	deadline := time.Now().Add(30 * time.Second)
+	for d.store.AnalyzeStats().Runs == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no analysis 30 s after the 1,000th server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := d.store.AnalyzeStats(); st.LastErr != nil || !analyzed() {
+		t.Fatalf("analysis: %+v, mcp_servers analyzed %v", st, analyzed())
+	}
+	register(0, 1000) // re-registrations: nothing created
+	if got := d.store.AnalyzeStats().Runs; got != 1 {
+		t.Errorf("re-registering analyzed again: %d runs", got)
+	}
+}

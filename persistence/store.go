@@ -58,6 +58,7 @@ type Store struct {
 	spans      trace.Tracer // nil: Commit starts no spans
 	maxServers int          // Options.MaxServersPerTenant
 	node       string       // Options.Node
+	analyzer   fleetAnalyzer
 }
 
 // Open connects a pool to databaseURL. It does not check the role; see CheckRuntimeRole.
