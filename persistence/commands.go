@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -111,6 +110,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 	refusals = make([]error, len(cmds))
 	steps := make([]tenantStep, 0, len(cmds))
 	sets := map[uuid.UUID][]*setStep{}
+	trs := transitionSets{last: map[uuid.UUID]int{}, open: map[uuid.UUID]*trStep{}, barrier: -1}
 	for i, c := range cmds {
 		var span trace.Span
 		if spans != nil {
@@ -125,8 +125,20 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 			if span != nil {
 				steps[ss.step].spans = append(steps[ss.step].spans, span)
 			}
+			trs.touch(rc.ServerID, ss.step)
 			continue
 		}
+		if tc, fence, ok := asTransition(c); ok && fence.Fenced() {
+			ts := trs.join(tc, fence, i, len(steps))
+			if ts.step == len(steps) {
+				steps = append(steps, tenantStep{tenant: tc.TenantID, queue: ts.set.queue, read: ts.read(refusals)})
+			}
+			if span != nil {
+				steps[ts.step].spans = append(steps[ts.step].spans, span)
+			}
+			continue
+		}
+		trs.touchAll(c, len(steps))
 		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
 			err := c.Read(br)
 			if r := (*refusal)(nil); errors.As(err, &r) {
@@ -216,6 +228,84 @@ func (ss *setStep) read(refusals []error) func(pgx.BatchResults) error {
 	}
 }
 
+// transitionSets places a group commit's fenced TransitionCmds (every transition of the service's
+// monitor is fenced; an unfenced one is applied alone, its statements seeing no fence named) into
+// transitionSets without reordering any
+// server's commands: a transition joins its tenant's open set (placed at that set's first command) only
+// if the set has no command for its server yet and no step at or after the set's place touches its
+// server — otherwise it opens a new set at its own place. last is, per server, the last step that
+// touches it; barrier the last step of a command whose servers are not known (none today).
+type transitionSets struct {
+	last    map[uuid.UUID]int
+	open    map[uuid.UUID]*trStep // by tenant
+	barrier int
+}
+
+// A trStep is a transitionSet of a group commit: cmds[k] of the set is the group's command index[k].
+type trStep struct {
+	set   *transitionSet
+	index []int
+	step  int
+}
+
+// touch records that step touches server id.
+func (t *transitionSets) touch(id uuid.UUID, step int) {
+	if prev, ok := t.last[id]; !ok || step > prev {
+		t.last[id] = step
+	}
+}
+
+// touchAll records the servers command c (not a transition, the group's step at place step) touches.
+func (t *transitionSets) touchAll(c Command, step int) {
+	if fc, ok := c.(*fencedCmd); ok {
+		c = fc.inner
+	}
+	switch c := c.(type) {
+	case *SkillAvailabilityCmd:
+		for _, id := range c.ServerIDs {
+			t.touch(id, step)
+		}
+	case *ConfigureCmd:
+		t.touch(c.ServerID, step)
+	case *FleetAlertCmd:
+		// writes no server's row
+	default:
+		t.barrier = step
+	}
+}
+
+// join adds tc (the group's command i, under fence) to its tenant's open set if that keeps every
+// server's commands in order, or to a new set placed at next (the group's next step), and returns it.
+func (t *transitionSets) join(tc *TransitionCmd, fence Fence, i, next int) *trStep {
+	ts := t.open[tc.TenantID]
+	if ts != nil {
+		if last, ok := t.last[tc.ServerID]; (ok && last >= ts.step) || t.barrier >= ts.step || !ts.set.add(tc, fence) {
+			ts = nil
+		}
+	}
+	if ts == nil {
+		ts = &trStep{set: &transitionSet{tenant: tc.TenantID}, step: next}
+		ts.set.add(tc, fence)
+		t.open[tc.TenantID] = ts
+	}
+	ts.index = append(ts.index, i)
+	t.touch(tc.ServerID, ts.step)
+	return ts
+}
+
+// read reads the set's results and hands each command's refusal to the group's refusals.
+func (ts *trStep) read(refusals []error) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		if err := ts.set.read(br); err != nil {
+			return err
+		}
+		for k, i := range ts.index {
+			refusals[i] = ts.set.refusals[k]
+		}
+		return nil
+	}
+}
+
 // eventLockOrder returns the tenants of cmds, each once, in the order in which a group commit takes
 // their audit event locks (event_seq_lock, migration 0012): sorted, so that two transactions that number
 // several tenants' events — two writers, while one is restarted — cannot each hold a lock the other
@@ -293,14 +383,7 @@ func (c *TransitionCmd) Tenant() uuid.UUID { return c.TenantID }
 // Queue implements Command: one statement appends the audit event and, only if it was not there yet,
 // updates the status and writes the outbox row.
 func (c *TransitionCmd) Queue(b *pgx.Batch) {
-	var payload []byte
-	if c.AlertKind != "" {
-		payload, _ = json.Marshal(AlertPayload{
-			EventID: c.EventID, Kind: c.AlertKind, TenantID: c.TenantID, ServerID: c.ServerID,
-			ModuleName: c.ModuleName, Version: c.Version, From: c.From, Status: c.To,
-			LastEvidenceAt: c.LastEvidence.UTC(), OccurredAt: c.At.UTC(), TraceID: c.TraceID, FlapCount: c.FlapCount,
-		})
-	}
+	payload := c.alertPayload()
 	b.Queue(`WITH cur AS (
 			SELECT status FROM mcp_servers WHERE server_id = $4
 		), audit AS (

@@ -204,7 +204,7 @@ func TestClaimAndWriteSerialise(t *testing.T) {
 	cmd := d.unhealthyCmd(srv)
 	written := make(chan error, 1)
 	go func() { written <- d.store.Commit(ctx, []persistence.Command{persistence.WithFence(cmd, f1)})[0] }()
-	d.waitForLockWait(`%UPDATE mcp_servers SET status%`)
+	d.waitForLockWait(`/* transition set */%`) // its UPDATE waits for the row
 	claimed := make(chan int64, 1)
 	go func() {
 		e, err := d.store.ClaimShard(ctx, f1.Shard, "n2")
@@ -234,7 +234,7 @@ func TestClaimAndWriteSerialise(t *testing.T) {
 	back := &persistence.TransitionCmd{EventID: uuid.New(), TenantID: d.tenant, ServerID: srv, ModuleName: "m", Version: "1.0.0",
 		From: health.Unhealthy, To: health.Healthy, At: t0.Add(2 * time.Hour)}
 	go func() { written <- d.store.Commit(ctx, []persistence.Command{persistence.WithFence(back, f2)})[0] }()
-	d.waitForLockWait(`%set_config('mcpfleet.fenced'%`)
+	d.waitForLockWait(`/* transition set */%`) // its fence check waits for the claim
 	if err := claim.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
