@@ -104,8 +104,13 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 // configure is the server actor's half: the durable create, through the writer.
 func (a *serverActor) configure(ctx actor.Context, msg *configureMsg) {
 	sender := ctx.Sender()
-	a.run(ctx, func(ctx actor.Context) { a.doConfigure(ctx, msg, sender) },
-		func(ctx actor.Context) { ctx.Send(sender, &configureReply{err: ErrUnavailable}) })
+	bounce := func(ctx actor.Context) { ctx.RequestWithCustomSender(ctx.Parent(), msg, sender) }
+	if a.retired {
+		bounce(ctx)
+		return
+	}
+	a.runBouncing(ctx, func(ctx actor.Context) { a.doConfigure(ctx, msg, sender) },
+		func(ctx actor.Context) { ctx.Send(sender, &configureReply{err: ErrUnavailable}) }, bounce)
 }
 
 func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *actor.PID) {
@@ -129,7 +134,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 			}
 			ctx.Send(sender, &configureReply{err: mapWriteErr(err)})
 			if !a.rec.life.Registered() {
-				ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
+				a.retire(ctx, &removeServer{serverID: a.rec.id, key: a.rec.key})
 			}
 			return
 		}

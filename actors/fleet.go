@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -113,8 +114,9 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *configureMsg:
 		f.configure(ctx, msg)
 	case *serverRegistered:
-		if e := f.entries[msg.serverID]; e != nil {
+		if e := f.entries[msg.serverID]; e != nil && !e.registered {
 			e.registered = true
+			f.deps.count.Add(1)
 		}
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
@@ -185,7 +187,9 @@ func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) 
 	f.entries[rec.id] = &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
 	f.byModule[rec.key] = rec.id
 	f.tenants[rec.tenantID]++
-	f.deps.count.Add(1)
+	if registered {
+		f.deps.count.Add(1)
+	}
 	f.spawn(ctx, rec.id)
 }
 
@@ -214,22 +218,44 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 	ctx.Forward(pid)
 }
 
-// remove forgets a server whose first registration failed (never one that registered).
+// remove forgets a server whose first registration failed (never one that registered) and, when the
+// registration committed on the module's existing server instead (msg.row), takes that one in.
 func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
-	e, ok := f.entries[msg.serverID]
-	if !ok || e.registered {
+	if e, ok := f.entries[msg.serverID]; ok && !e.registered {
+		delete(f.entries, msg.serverID)
+		f.tenants[e.tenantID]--
+		if f.byModule[msg.key] == msg.serverID {
+			delete(f.byModule, msg.key)
+		}
+		if e.pid != nil {
+			f.removing[msg.serverID] = true
+			ctx.Poison(e.pid)
+		}
+	}
+	if msg.row != nil {
+		f.adoptExisting(ctx, msg)
+	}
+}
+
+// adoptExisting runs the server PostgreSQL holds for a module whose registration committed on it while
+// the fleet ran another id for the module (removeServer.row): such a server is in the database and, if
+// its shard is this node's, must have an actor here. The registration's caller is answered with its
+// result; when the server's shard is not this node's, or the fleet already runs it, with ErrUnavailable
+// (the caller tries again, and reaches it).
+func (f *fleetActor) adoptExisting(ctx actor.Context, msg *removeServer) {
+	row := *msg.row
+	_, running := f.entries[row.ServerID]
+	if running || row.TenantID != msg.key.tenantID || !f.deps.own.ownsServer(row.ServerID) {
+		ctx.Send(msg.reply, &registerReply{err: fmt.Errorf("%w: module registered under another id", ErrUnavailable)})
 		return
 	}
-	delete(f.entries, msg.serverID)
-	f.tenants[e.tenantID]--
-	f.deps.count.Add(-1)
-	if f.byModule[msg.key] == msg.serverID {
-		delete(f.byModule, msg.key)
-	}
-	if e.pid != nil {
-		f.removing[msg.serverID] = true
-		ctx.Poison(e.pid)
-	}
+	rec := newLoadedRecord(row)
+	// Its registration has just committed: fresh evidence, as a registration gives.
+	rec.life = lifecycle.Restore(row.Status, f.deps.clock.Now(), f.deps.stall.Total())
+	f.deps.metrics.ServerStatus("", row.Status)
+	f.add(ctx, rec, true)
+	f.deps.log.Warn("module's server found in the database under another id: running it", "server_id", row.ServerID, "module", row.ModuleName)
+	ctx.Send(msg.reply, &registerReply{res: RegisterResult{Server: row, Created: msg.created}})
 }
 
 // terminated respawns a server actor stopped by anything but the fleet, with the same record; while

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
@@ -123,10 +124,20 @@ type evaluateMsg struct {
 	round *monitorRound
 }
 
-// removeServer tells the fleet a brand-new server's first registration failed: forget it.
+// removeServer tells the fleet a brand-new server's first registration or configuration failed: forget
+// it. The actor sends nothing after it but the registrations and configurations it bounces back to the
+// fleet (serverActor.retire), so the fleet has forgotten it before it handles them.
+//
+// row, if not nil, is the server the registration committed on instead: PostgreSQL already held the
+// module under another id (a registration whose commit landed after its caller had been told it failed,
+// or a server the fleet never loaded). The fleet takes that server into its run if its shard is owned
+// here and answers reply with the registration's result; otherwise it answers reply ErrUnavailable.
 type removeServer struct {
 	serverID uuid.UUID
 	key      moduleKey
+	row      *persistence.Server
+	created  bool
+	reply    *actor.PID
 }
 
 // writeRequest asks the writer to commit cmds; the writer answers *writeResult after COMMIT (or failure).

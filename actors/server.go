@@ -50,7 +50,7 @@ type serverDeps struct {
 	alerts       *actor.PID
 	stall        *lifecycle.Stall
 	own          *ownership    // the shards this node holds, and their fences
-	count        *atomic.Int64 // servers the fleet runs
+	count        *atomic.Int64 // registered servers the fleet runs (OwnedServers)
 	stats        *MonitorStats // the monitor's counters (the fleet actor writes them)
 	// confirmed reports whether this node's cluster membership is confirmed (Fleet.SetMembership);
 	// nil: always (single-node mode).
@@ -64,7 +64,10 @@ type serverDeps struct {
 type stashed struct {
 	fn      func(actor.Context)
 	abandon func(actor.Context) // answers the waiting caller if the work will never run
-	check   bool                // a monitor check: it runs after the stashed evidence and commands
+	// bounce, if not nil, hands the work back to the fleet instead of abandoning it when this server is
+	// retired (a registration or configuration: the fleet starts it afresh on a server of its own).
+	bounce func(actor.Context)
+	check  bool // a monitor check: it runs after the stashed evidence and commands
 }
 
 type serverActor struct {
@@ -74,6 +77,13 @@ type serverActor struct {
 	stash []stashed
 	dead  bool  // set when this incarnation is being replaced; its continuations only finish their own work
 	armed int64 // the deadline bound this incarnation last sent the fleet (armMsg); 0: none, or checked since
+	// retired: the server's first registration or configuration failed and the fleet was told to forget
+	// it (removeServer). Nothing more is written under its id: a registration or configuration that
+	// reaches it afterwards (stashed behind the failed one, or forwarded by the fleet before it handled
+	// removeServer) is bounced back to the fleet, which handles it after removeServer, on a new server.
+	// Without this, a registration stashed behind a failed one committed the server after the fleet had
+	// forgotten it: a server in PostgreSQL that no actor ran.
+	retired bool
 }
 
 func newServerProps(rec *serverRecord, deps *serverDeps) *actor.Props {
@@ -231,8 +241,40 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 
 func (a *serverActor) register(ctx actor.Context, msg *registerMsg) {
 	sender := ctx.Sender()
-	a.run(ctx, func(ctx actor.Context) { a.doRegister(ctx, msg, sender) },
-		func(ctx actor.Context) { ctx.Send(sender, &registerReply{err: ErrUnavailable}) })
+	bounce := func(ctx actor.Context) { ctx.RequestWithCustomSender(ctx.Parent(), msg, sender) }
+	if a.retired {
+		bounce(ctx)
+		return
+	}
+	a.runBouncing(ctx, func(ctx actor.Context) { a.doRegister(ctx, msg, sender) },
+		func(ctx actor.Context) { ctx.Send(sender, &registerReply{err: ErrUnavailable}) }, bounce)
+}
+
+// runBouncing is run for work the fleet can start afresh on another server (bounce) if this one is
+// retired while the work waits in the stash.
+func (a *serverActor) runBouncing(ctx actor.Context, fn, abandon, bounce func(actor.Context)) {
+	if a.busy {
+		a.stash = append(a.stash, stashed{fn: fn, abandon: abandon, bounce: bounce})
+		return
+	}
+	fn(ctx)
+}
+
+// retire makes the fleet forget this server, whose first registration or configuration failed (or
+// committed on another server, row: see removeServer), and hands what waits in the stash back to the
+// fleet or answers it. It is called only while the server is not registered.
+func (a *serverActor) retire(ctx actor.Context, msg *removeServer) {
+	a.retired = true
+	ctx.Send(ctx.Parent(), msg)
+	stash := a.stash
+	a.stash = nil
+	for _, st := range stash {
+		if st.bounce != nil {
+			st.bounce(ctx)
+		} else {
+			st.abandon(ctx)
+		}
+	}
 }
 
 func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *actor.PID) {
@@ -252,15 +294,20 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			if err != nil {
 				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
 				if !a.rec.life.Registered() {
-					ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
+					a.retire(ctx, &removeServer{serverID: a.rec.id, key: a.rec.key})
 				}
 				return
 			}
 			if cmd.Server.ServerID != a.rec.id {
-				// The row exists under another id (registered before this fleet knew it): let the fleet
-				// re-point the module and answer again.
-				ctx.Send(sender, &registerReply{err: fmt.Errorf("%w: module registered under another id", ErrUnavailable)})
-				ctx.Send(ctx.Parent(), &removeServer{serverID: a.rec.id, key: a.rec.key})
+				// The registration committed on the module's existing server, which PostgreSQL holds under
+				// another id (its earlier registration committed after its caller was told it failed, or
+				// the fleet never loaded it): the fleet forgets this one and runs that one, if it may.
+				if a.rec.life.Registered() {
+					ctx.Send(sender, &registerReply{err: fmt.Errorf("%w: module registered under another id", ErrUnavailable)})
+					return
+				}
+				row := slim(cmd.Server)
+				a.retire(ctx, &removeServer{serverID: a.rec.id, key: a.rec.key, row: &row, created: cmd.Created, reply: sender})
 				return
 			}
 			from := a.rec.row.Status

@@ -89,7 +89,9 @@ func (f *Fleet) SetMembership(confirmed func() bool) { f.sdeps.confirmed.Store(&
 // Owned returns the shards this fleet runs, in order.
 func (f *Fleet) Owned() []int { return f.own.set().list() }
 
-// OwnedServers is the number of servers this fleet runs.
+// OwnedServers is the number of servers this fleet runs whose registration or configuration committed:
+// the servers of its shards PostgreSQL holds (a new server whose first registration is in flight is not
+// counted until it commits, and is forgotten if it fails).
 func (f *Fleet) OwnedServers() int { return int(f.ownedServers.Load()) }
 
 // Epoch is the epoch this fleet claimed shard sh under (0: not claimed, or no claimer).
@@ -202,8 +204,12 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 	}
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 	var pids []*actor.PID
+	registered := 0
 	for _, id := range ids {
 		e := f.entries[id]
+		if e.registered {
+			registered++
+		}
 		delete(f.entries, id)
 		f.tenants[e.tenantID]--
 		if f.byModule[e.key] == id {
@@ -214,6 +220,6 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 			pids = append(pids, e.pid)
 		}
 	}
-	f.deps.count.Add(-int64(len(ids)))
+	f.deps.count.Add(-int64(registered))
 	return len(ids), pids
 }
