@@ -93,6 +93,10 @@ var (
 	ErrBusy = errors.New("cluster: owner busy")
 	// ErrNoRoute: the request could not reach the owner (unreachable, stopped, or no answer in time).
 	ErrNoRoute = errors.New("cluster: owner not reachable")
+	// ErrNoAnswer: the request was sent but its answer did not come within ForwardTimeout. It is also an
+	// ErrNoRoute. The owner may be dead (not yet noticed) or alive and slow, and may still run the request:
+	// sending it again to the same owner only adds to its load.
+	ErrNoAnswer = errors.New("cluster: no answer from the owner in time")
 )
 
 // Node is this process's membership of the cluster. Its methods are safe for concurrent use.
@@ -516,8 +520,9 @@ func (n *Node) Owner(sh int) (addr string, self bool) {
 }
 
 // Forward sends req to the router of the member at addr and returns its Handler's answer. It fails
-// with ErrNoRoute when no answer comes within ForwardTimeout (or ctx's deadline, if sooner) and with
-// ErrBusy when the owner is at its limit.
+// with ErrNoRoute when the owner cannot be reached, with ErrNoAnswer (also an ErrNoRoute) when no answer
+// comes within ForwardTimeout (or ctx's deadline, if sooner), and with ErrBusy when the owner is at its
+// limit.
 func (n *Node) Forward(ctx context.Context, addr string, req []byte) ([]byte, error) {
 	n.mu.Lock()
 	m := n.member
@@ -533,6 +538,9 @@ func (n *Node) Forward(ctx context.Context, addr string, req []byte) ([]byte, er
 		return nil, fmt.Errorf("%w: deadline passed", ErrNoRoute)
 	}
 	res, err := m.system.Root.RequestFuture(actor.NewPID(addr, routerName), &wrapperspb.BytesValue{Value: req}, timeout).Result()
+	if errors.Is(err, actor.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %w: %s after %s", ErrNoRoute, ErrNoAnswer, addr, timeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoRoute, addr, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,11 +28,33 @@ import (
 // ErrUnavailable (503, nothing recorded).
 type routedFleet struct {
 	local   *actors.Fleet
-	node    *cluster.Node
+	node    router
 	modules moduleLookup
 	timeout time.Duration
 	replays *replays // the answers of the non-idempotent requests forwarded here lately
+
+	mu       sync.Mutex
+	inFlight map[string]int // forwards in flight from this node, per owner address (at most forwardsPerOwner)
 }
+
+// router is the cluster as routing sees it (cluster.Node).
+type router interface {
+	Owner(sh int) (addr string, self bool)
+	Forward(ctx context.Context, addr string, req []byte) ([]byte, error)
+}
+
+var _ router = (*cluster.Node)(nil)
+
+// forwardsPerOwner bounds the requests this node has forwarded to one owner and not yet had answered.
+// Past it the owner is not keeping up: a new request for it is answered 503 (Retry-After) at once
+// rather than queued behind the others (errOwnerOverloaded).
+const forwardsPerOwner = 1024
+
+// errOwnerOverloaded: the owner of the server's shard is not keeping up — it refused the request
+// (cluster.ErrBusy), this node already waits on forwardsPerOwner requests to it, or it did not answer
+// one in time and still owns the shard. The request is not sent (again): answered ErrUnavailable (503
+// with Retry-After), so the client backs off instead of the cluster multiplying the owner's load.
+var errOwnerOverloaded = errors.New("the node owning this server is overloaded")
 
 // moduleLookup finds the server of a module (persistence.Store).
 type moduleLookup interface {
@@ -151,8 +174,13 @@ func decodeErr(rep wireReply, addr string) error {
 	return fmt.Errorf("node %s: %s", addr, rep.Msg)
 }
 
-// call runs one request at the owner of shard sh: local when this node owns it, forwarded otherwise,
-// retried while the shard is between owners.
+// call runs one request at the owner of shard sh: local when this node owns it, forwarded otherwise.
+// While the shard is between owners (ErrNotOwner, no owner, an owner that cannot be reached) the request
+// is tried again every retryPause up to the write timeout. A forward that got no answer in time is never
+// sent again to the same owner (it may be running it, and it is slow or dead): the request waits for the
+// shard to move (a dead owner leaves the membership within its lease) and goes to the new owner, or is
+// answered 503 at the deadline. An owner that refuses it as busy, or that this node already waits on for
+// forwardsPerOwner requests, makes it 503 at once (errOwnerOverloaded).
 func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireReply, error) {
 	deadline := time.Now().Add(r.timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
@@ -161,6 +189,7 @@ func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireRe
 	if req.Op == opRegister || req.Op == opDeregister || req.Op == opConfigure {
 		req.ID = uuid.New() // a retry after a late answer must not run it twice at the owner
 	}
+	silent := "" // an owner that did not answer this request in time
 	for {
 		var rep wireReply
 		var err error
@@ -170,10 +199,19 @@ func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireRe
 			rep, err = r.serveLocal(ctx, req)
 		case addr == "":
 			err = fmt.Errorf("%w: no member owns shard %d", actors.ErrNotOwner, sh)
+		case addr == silent:
+			err = fmt.Errorf("%w: %s did not answer in time and still owns shard %d", errOwnerOverloaded, addr, sh)
 		default:
 			rep, err = r.forward(ctx, addr, req)
 		}
-		if !errors.Is(err, actors.ErrNotOwner) && !errors.Is(err, cluster.ErrNoRoute) && !errors.Is(err, cluster.ErrBusy) {
+		switch {
+		case errors.Is(err, cluster.ErrBusy):
+			return wireReply{}, fmt.Errorf("%w: %w: %v", actors.ErrUnavailable, errOwnerOverloaded, err)
+		case errors.Is(err, errOwnerOverloaded) && addr != silent:
+			return wireReply{}, fmt.Errorf("%w: %w", actors.ErrUnavailable, err)
+		case errors.Is(err, cluster.ErrNoAnswer):
+			silent = addr
+		case !errors.Is(err, actors.ErrNotOwner) && !errors.Is(err, cluster.ErrNoRoute) && !errors.Is(err, errOwnerOverloaded):
 			return rep, err
 		}
 		if time.Until(deadline) < retryPause {
@@ -187,12 +225,38 @@ func (r *routedFleet) call(ctx context.Context, sh int, req wireRequest) (wireRe
 	}
 }
 
+// acquire takes one of the forwardsPerOwner places of addr, or reports that there is none.
+func (r *routedFleet) acquire(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight == nil {
+		r.inFlight = map[string]int{}
+	}
+	if r.inFlight[addr] >= forwardsPerOwner {
+		return false
+	}
+	r.inFlight[addr]++
+	return true
+}
+
+func (r *routedFleet) release(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight[addr]--; r.inFlight[addr] <= 0 {
+		delete(r.inFlight, addr)
+	}
+}
+
 func (r *routedFleet) forward(ctx context.Context, addr string, req wireRequest) (wireReply, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return wireReply{}, fmt.Errorf("forward %s: %w", req.Op, err)
 	}
+	if !r.acquire(addr) {
+		return wireReply{}, fmt.Errorf("%w: %d requests to %s in flight", errOwnerOverloaded, forwardsPerOwner, addr)
+	}
 	out, err := r.node.Forward(ctx, addr, b)
+	r.release(addr)
 	if err != nil {
 		return wireReply{}, err
 	}
