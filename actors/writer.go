@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -27,6 +28,36 @@ type writer struct {
 	pending  []queuedWrite
 	flushing bool
 	drainers []*actor.PID
+	// commitNanos is a moving average of how long a successful group commit has taken lately (commitBatch's,
+	// one at a time): a request with less time left than twice that is not put into a transaction (budget).
+	commitNanos atomic.Int64
+}
+
+// minCommitBudget is the least time left before its deadline a request needs to be put into a group
+// commit, however fast commits have been lately.
+const minCommitBudget = 50 * time.Millisecond
+
+// budget is the time a request must have left before its deadline to be put into a group commit: twice
+// the recent commit time, at least minCommitBudget and at most a quarter of the commit timeout (so a
+// request made now is always tried, and the average keeps learning). The transaction may not outlive
+// the earliest deadline it carries, so a request nearly out of time would doom its whole group (up to
+// maxBatch commands, fresh ones among them, all failing at their first statement — the "set tenant:
+// timeout" of a loaded database) and its callers would all try again at once; it is answered
+// ErrUnavailable alone.
+func (w *writer) budget() time.Duration {
+	return min(max(minCommitBudget, 2*time.Duration(w.commitNanos.Load())), w.cfg.commitTimeout/4)
+}
+
+// observeCommit folds the duration of a group commit that succeeded into the moving average (1/8 weight).
+// A failed one is left out: one that timed out lasted as long as its deadline allowed, not as long as
+// commits take.
+func (w *writer) observeCommit(d time.Duration) {
+	old := w.commitNanos.Load()
+	if old == 0 {
+		w.commitNanos.Store(int64(d))
+		return
+	}
+	w.commitNanos.Store(old + (int64(d)-old)/8)
 }
 
 type committer interface {
@@ -126,7 +157,7 @@ func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 	for len(batch) > 0 {
 		// A request whose deadline passed was answered 503 "nothing was recorded" by its caller: it must
 		// not be committed now. The transaction may not outlive the earliest deadline it carries.
-		batch = w.expire(system, batch, time.Now())
+		batch = w.expire(system, batch, time.Now(), w.budget())
 		if len(batch) == 0 {
 			return
 		}
@@ -140,6 +171,9 @@ func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 		ctx, span, cmds := w.cfg.tel.startFlush(ctx, batch)
 		start := time.Now()
 		errs := w.store.Commit(ctx, cmds)
+		if firstErr(errs) == nil {
+			w.observeCommit(time.Since(start))
+		}
 		w.cfg.tel.endFlush(ctx, span, start, len(cmds), errs)
 		cancel()
 		now := time.Now()
@@ -169,16 +203,20 @@ func (w *writer) commitBatch(system *actor.ActorSystem, batch []queuedWrite) {
 	}
 }
 
-// expire answers the requests of batch whose deadline is not after now with ErrUnavailable and returns
-// the others.
-func (w *writer) expire(system *actor.ActorSystem, batch []queuedWrite, now time.Time) []queuedWrite {
+// expire answers the requests of batch with less than budget left before their deadline at now with
+// ErrUnavailable (nothing recorded) and returns the others.
+func (w *writer) expire(system *actor.ActorSystem, batch []queuedWrite, now time.Time, budget time.Duration) []queuedWrite {
 	kept := batch[:0]
 	for _, q := range batch {
-		if q.req.deadline.IsZero() || now.Before(q.req.deadline) {
+		if q.req.deadline.IsZero() || now.Add(budget).Before(q.req.deadline) {
 			kept = append(kept, q)
 			continue
 		}
-		system.Root.Send(q.sender, &writeResult{errs: repeatErr(len(q.req.cmds), fmt.Errorf("%w: deadline passed before commit", ErrUnavailable))})
+		why := "deadline passed before commit"
+		if now.Before(q.req.deadline) {
+			why = fmt.Sprintf("%s left before the deadline, commits take about %s: not started", q.req.deadline.Sub(now).Round(time.Millisecond), (budget / 2).Round(time.Millisecond))
+		}
+		system.Root.Send(q.sender, &writeResult{errs: repeatErr(len(q.req.cmds), fmt.Errorf("%w: %s", ErrUnavailable, why))})
 	}
 	return kept
 }

@@ -1,0 +1,88 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// slowCommitter takes d per commit, or fails every command when the transaction's deadline comes first
+// (as PostgreSQL does when the context ends); it records the commands it committed.
+type slowCommitter struct {
+	d         time.Duration
+	started   chan struct{} // one per Commit
+	mu        sync.Mutex
+	calls     int
+	committed []persistence.Command
+}
+
+func (c *slowCommitter) Commit(ctx context.Context, cmds []persistence.Command) []error {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	c.started <- struct{}{}
+	select {
+	case <-time.After(c.d):
+	case <-ctx.Done():
+		return repeatErr(len(cmds), errors.New("set tenant: timeout: context deadline exceeded"))
+	}
+	c.mu.Lock()
+	c.committed = append(c.committed, cmds...)
+	c.mu.Unlock()
+	return make([]error, len(cmds))
+}
+
+// TestNearlyExpiredRequestDoesNotDoomItsGroup: a request queued behind a slow commit with less time left
+// than commits take is refused on its own (nothing recorded), instead of joining the next group commit,
+// whose transaction may not outlive the earliest deadline it carries — which made every request of the
+// group fail at its first statement ("set tenant: timeout") under load, and all their callers try again.
+func TestNearlyExpiredRequestDoesNotDoomItsGroup(t *testing.T) {
+	const commit = 200 * time.Millisecond
+	store := &slowCommitter{d: commit, started: make(chan struct{}, 10)}
+	system := actor.NewActorSystem()
+	w, err := system.Root.SpawnNamed(newWriterProps(store, slog.New(slog.DiscardHandler), writerConfig{
+		maxBatch: 256, maxPending: 100, retryBackoff: 10 * time.Millisecond, commitTimeout: 5 * time.Second, tel: newTel(nil, nil),
+	}, &epochCounter{}), "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := func() persistence.Command {
+		return &persistence.TransitionCmd{EventID: uuid.New(), TenantID: uuid.New(), ServerID: uuid.New()}
+	}
+	write := func(deadline time.Time) *actor.Future {
+		return system.Root.RequestFuture(w, &writeRequest{cmds: []persistence.Command{cmd()}, deadline: deadline}, 10*time.Second)
+	}
+	result := func(f *actor.Future) error {
+		res, err := f.Result()
+		if err != nil {
+			return err
+		}
+		return res.(*writeResult).err()
+	}
+	first := write(time.Now().Add(10 * time.Second)) // in flight for 200 ms: commits take about that
+	<-store.started
+	late := write(time.Now().Add(commit * 5 / 4)) // about 50 ms left when the first commit ends
+	fresh := write(time.Now().Add(10 * time.Second))
+	if err := result(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := result(late); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("the nearly expired request: %v, want ErrUnavailable", err)
+	}
+	if err := result(fresh); err != nil {
+		t.Errorf("a request with time to spare, queued with a nearly expired one: %v", err)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.committed) != 2 || store.calls != 2 {
+		t.Errorf("%d commands committed in %d transactions, want the first and the fresh one in two", len(store.committed), store.calls)
+	}
+}
