@@ -13,9 +13,10 @@ import (
 // deregistration or configuration run twice records twice. The owner keeps each request id's answer for
 // a while (keep) and answers a retry of the id with it, or waits for it while the first run is in flight.
 type replays struct {
-	keep time.Duration
-	mu   sync.Mutex
-	m    map[uuid.UUID]*replay
+	keep  time.Duration
+	mu    sync.Mutex
+	m     map[uuid.UUID]*replay
+	swept time.Time // the last sweep of answers older than keep (at most one per second)
 }
 
 type replay struct {
@@ -31,16 +32,15 @@ func newReplays(keep time.Duration) *replays { return &replays{keep: keep, m: ma
 func (r *replays) do(ctx context.Context, id uuid.UUID, fn func() []byte) (out []byte, ok bool) {
 	now := time.Now()
 	r.mu.Lock()
-	for k, e := range r.m { // the map holds the non-idempotent forwards of the last keep: few
-		if now.Sub(e.at) > r.keep {
-			select {
-			case <-e.done:
+	if now.Sub(r.swept) >= time.Second { // the map holds the non-idempotent forwards of the last keep: thousands under a mass registration
+		r.swept = now
+		for k, e := range r.m {
+			if r.expired(e, now) {
 				delete(r.m, k)
-			default:
 			}
 		}
 	}
-	if e, seen := r.m[id]; seen {
+	if e, seen := r.m[id]; seen && !r.expired(e, now) {
 		r.mu.Unlock()
 		select {
 		case <-e.done:
@@ -55,4 +55,17 @@ func (r *replays) do(ctx context.Context, id uuid.UUID, fn func() []byte) (out [
 	e.out = fn()
 	close(e.done)
 	return e.out, true
+}
+
+// expired reports whether e's run finished and started longer than keep before now.
+func (r *replays) expired(e *replay, now time.Time) bool {
+	if now.Sub(e.at) <= r.keep {
+		return false
+	}
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
 }
