@@ -42,6 +42,7 @@ type serverDeps struct {
 	life         *lifecycle.Config
 	writeTimeout time.Duration
 	log          *slog.Logger
+	bursts       *burstLog // the warnings every server may raise at once
 	tracer       trace.Tracer
 	metrics      *telemetry.Metrics
 	writer       *actor.PID
@@ -231,7 +232,7 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 			}
 			if cerr != nil {
 				// The transition is committed; the skills actor's reconciliation repairs the cascade.
-				a.deps.log.WarnContext(trc.Context(), "skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
+				a.deps.bursts.Warn(trc.Context(), "skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
 			}
 			done(ctx, nil)
 			a.idle(ctx)
@@ -455,7 +456,7 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 		if err != nil {
 			rec.life.Failed(t)
 			a.arm(ctx) // its deadline has passed: the next tick pops it
-			a.deps.log.WarnContext(carrier.Context(), "transition not persisted; the next monitor tick retries it",
+			a.deps.bursts.Warn(carrier.Context(), "transition not persisted; the next monitor tick retries it",
 				"server_id", rec.id, "from", t.From, "to", t.To, "err", err)
 			return
 		}
