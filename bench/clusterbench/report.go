@@ -187,9 +187,9 @@ func (p *report) shortfalls() {
 	}
 	if again := r.reg.registered - r.reg.created; again > 0 {
 		out = append(out, fmt.Sprintf("%s registrations of modules new to this fresh database were answered 200 (registered again), not 201: "+
-			"most likely a forwarded registration whose answer took longer than cluster.ForwardTimeout (3 s) was sent again "+
-			"(a timed-out forward is ErrNoRoute, which service/clusterfleet.go retries) and found the server its first attempt had created; "+
-			"harmless for a registration, but the retry of a request that is not idempotent can answer for the wrong attempt", count(again)))
+			"an earlier attempt of the module was answered 503 (its forward got no answer within cluster.ForwardTimeout, 3 s, or its "+
+			"write did not start before its deadline) but committed at the owner all the same, and the module's next attempt found "+
+			"the server it had created (a forward with no answer is not sent again to the same owner)", count(again)))
 	}
 	if r.steady.expected > 0 && r.steady.rate < 0.99*r.steady.expected {
 		out = append(out, fmt.Sprintf("the steady rate was %.1f/s of %.1f/s", r.steady.rate, r.steady.expected))
