@@ -230,11 +230,11 @@ func (ss *setStep) read(refusals []error) func(pgx.BatchResults) error {
 
 // transitionSets places a group commit's fenced TransitionCmds (every transition of the service's
 // monitor is fenced; an unfenced one is applied alone, its statements seeing no fence named) into
-// transitionSets without reordering any
-// server's commands: a transition joins its tenant's open set (placed at that set's first command) only
-// if the set has no command for its server yet and no step at or after the set's place touches its
-// server — otherwise it opens a new set at its own place. last is, per server, the last step that
-// touches it; barrier the last step of a command whose servers are not known (none today).
+// transitionSets without reordering any server's commands: a transition joins its tenant's open set
+// (placed at that set's first command) only if the set has no command for its server yet and no step at
+// or after the set's place touches its server — otherwise it opens a new set at its own place. last is,
+// per server, the last step that touches it; barrier the last step of a command whose servers are not
+// known (a command type touchAll does not name: none today), which no set placed before it may pass.
 type transitionSets struct {
 	last    map[uuid.UUID]int
 	open    map[uuid.UUID]*trStep // by tenant
@@ -266,6 +266,8 @@ func (t *transitionSets) touchAll(c Command, step int) {
 			t.touch(id, step)
 		}
 	case *ConfigureCmd:
+		t.touch(c.ServerID, step)
+	case *TransitionCmd: // unfenced: applied alone
 		t.touch(c.ServerID, step)
 	case *FleetAlertCmd:
 		// writes no server's row
