@@ -158,16 +158,21 @@ const setFenceCTE = `owned AS MATERIALIZED (SELECT o.shard, o.epoch FROM shard_o
 		ok AS MATERIALIZED (SELECT v.n FROM v
 			WHERE v.epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch))`
 
+// setFenceNamesCTE is setFenceCTE followed by named: for the rest of the transaction mcpfleet.fence
+// names every fence that passed ("shard:epoch", separated by spaces), so a trigger can record which fence
+// a row was written under. A statement must read named (SELECT fences FROM named) before it writes.
+const setFenceNamesCTE = setFenceCTE + `,
+		named AS (
+			SELECT pg_catalog.set_config('mcpfleet.fence',
+				coalesce((SELECT string_agg(o.shard || ':' || o.epoch, ' ' ORDER BY o.shard) FROM owned o), ''), true) AS fences
+		)`
+
 // setServersSQL is the set's first statement; its rows are the commands' outcomes, by n.
 const setServersSQL = `WITH v AS (
 			SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[],
 				$8::timestamptz[], $9::text[], $10::bool[], $11::int[], $12::bigint[])
 				WITH ORDINALITY AS v(event_id, server_id, module_name, version, protocols, caps, at, trace_id, by_admin, shard, epoch, n)
-		), ` + setFenceCTE + `,
-		named AS (
-			SELECT pg_catalog.set_config('mcpfleet.fence',
-				coalesce((SELECT string_agg(o.shard || ':' || o.epoch, ' ' ORDER BY o.shard) FROM owned o), ''), true) AS fences
-		), cur AS MATERIALIZED (
+		), ` + setFenceNamesCTE + `, cur AS MATERIALIZED (
 			SELECT v.n, v.n IN (SELECT n FROM ok) AS fence_ok, m.server_id IS NULL AS is_new, m.status AS prev,
 				coalesce(c.origin, 'module') = 'admin' AND NOT v.by_admin AS not_owned
 			FROM v LEFT JOIN LATERAL (SELECT m.server_id, m.status FROM mcp_servers m

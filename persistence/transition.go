@@ -67,11 +67,7 @@ const setTransitionsSQL = `/* transition set */ WITH v AS (
 				$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::bigint[])
 				WITH ORDINALITY AS v(event_id, server_id, kind, module_name, version, to_status, from_status,
 					trace_id, at, evidence, payload, shard, epoch, n)
-		), ` + setFenceCTE + `,
-		named AS (
-			SELECT pg_catalog.set_config('mcpfleet.fence',
-				coalesce((SELECT string_agg(o.shard || ':' || o.epoch, ' ' ORDER BY o.shard) FROM owned o), ''), true) AS fences
-		), cur AS MATERIALIZED (
+		), ` + setFenceNamesCTE + `, cur AS MATERIALIZED (
 			SELECT v.n, m.status, (SELECT fences FROM named) AS fences FROM v JOIN ok ON ok.n = v.n
 			LEFT JOIN LATERAL (SELECT m.status FROM mcp_servers m WHERE m.server_id = v.server_id LIMIT 1) m ON true
 		), audit AS (
