@@ -55,9 +55,11 @@ func TestTransitionSetMixedGroup(t *testing.T) {
 	}
 	// The stale fence: the shard claimed again after the fence was taken.
 	staleFence := fences[shard.Of(stale)]
-	if _, err := d.store.ClaimShard(ctx, staleFence.Shard, "n2"); err != nil {
+	epoch, err := d.store.ClaimShard(ctx, staleFence.Shard, "n2")
+	if err != nil {
 		t.Fatal(err)
 	}
+	fences[staleFence.Shard] = persistence.Fence{Shard: staleFence.Shard, Epoch: epoch} // the others of that shard write under the new owner
 
 	status := func(srv uuid.UUID) string {
 		var s string
