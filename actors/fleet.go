@@ -284,8 +284,12 @@ func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
 
 // spawn starts an incarnation of server id's actor over its record.
 func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
-	pid, err := ctx.SpawnNamed(newServerProps(f.entries[id].rec, f.deps), id.String())
+	name := id.String()
+	pidID := ctx.Self().Id + "/" + name // the PID id protoactor gives a child
+	f.deps.handover.put(pidID, f.entries[id].rec)
+	pid, err := ctx.SpawnNamed(f.deps.serverProps, name)
 	if err != nil {
+		f.deps.handover.take(pidID)
 		// The old process may not be unregistered yet: try again shortly.
 		f.deps.log.Warn("spawn server actor failed; retrying", "server_id", id, "err", err)
 		system, self := ctx.ActorSystem(), ctx.Self()

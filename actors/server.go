@@ -21,7 +21,7 @@ import (
 )
 
 // serverRecord is one server's state. The fleet creates it and hands it to every incarnation of the
-// server's actor (through the producer), so a restarted or respawned actor resumes with its status and
+// server's actor (through the handover, handover.go), so a restarted or respawned actor resumes with its status and
 // its last evidence — its deadline — intact. After creation only the server actor reads or writes it;
 // the fleet keeps what it needs of it (tenant, module, registered) in its own fleetEntry, told by message.
 type serverRecord struct {
@@ -56,6 +56,9 @@ type serverDeps struct {
 	// confirmed reports whether this node's cluster membership is confirmed (Fleet.SetMembership);
 	// nil: always (single-node mode).
 	confirmed atomic.Pointer[func() bool]
+
+	serverProps *actor.Props // every server actor's (newServerProps)
+	handover    *handover    // records on their way to a new incarnation
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -87,16 +90,11 @@ type serverActor struct {
 	retired bool
 }
 
-func newServerProps(rec *serverRecord, deps *serverDeps) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor {
-		return &serverActor{rec: rec, deps: deps}
-	}, actor.WithMailbox(unboundedMailbox()))
-}
-
 func (a *serverActor) Receive(ctx actor.Context) {
 	handleChaos(ctx)
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
+		a.claimRecord(ctx)
 		a.arm(ctx) // a new incarnation: the fleet's bound of the old one may be gone with it
 	case *registerMsg:
 		a.register(ctx, msg)
@@ -140,6 +138,9 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			ctx.Poison(ctx.Self())
 		}, func(actor.Context) {})
 	case *actor.Restarting, *actor.Stopping:
+		if _, restarting := msg.(*actor.Restarting); restarting {
+			a.deps.handover.put(ctx.Self().Id, a.rec) // the next incarnation, made in place, resumes with it
+		}
 		a.dead = true
 		for _, st := range a.stash {
 			st.abandon(ctx)

@@ -265,6 +265,10 @@ func TestTakenDownKeepsDeadline(t *testing.T) {
 			h.monitor()
 			h.barrier(id)
 			wantStatuses(t, h.statuses(id), health.Degraded, health.Unhealthy)
+			// The new incarnation took its record from the handover: nothing waits in it at rest.
+			if n := h.fleet.sdeps.handover.pending(); n != 0 {
+				t.Fatalf("%d records left in the handover", n)
+			}
 		})
 	}
 }

@@ -282,8 +282,9 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats,
+		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(),
 	}
+	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps
 	// The mass-silence guard counts in memory on a single node (it runs the whole tenant, and a permit
 	// costs no round trip); a cluster node runs a share of each tenant, so it counts in PostgreSQL.
