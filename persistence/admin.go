@@ -24,6 +24,10 @@ func OpenAdmin(ctx context.Context, adminURL string) (*Admin, error) {
 		return nil, errors.New("open admin database: invalid connection string")
 	}
 	cfg.MaxConns = 2
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerUUID(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open admin database: %w", err)

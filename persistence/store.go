@@ -88,6 +88,10 @@ func Open(ctx context.Context, databaseURL string, opt Options) (*Store, error) 
 	if opt.Tracer != nil {
 		cfg.ConnConfig.Tracer = routeBatches(opt.Tracer)
 	}
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerUUID(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
