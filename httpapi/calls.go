@@ -83,8 +83,7 @@ func parseUUIDField(field, raw string) (uuid.UUID, error) {
 	return id, nil
 }
 
-func (s *Server) createCall(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) createCall(c *gin.Context, p persistence.Principal) error {
 	var body CallBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
@@ -144,8 +143,7 @@ func writeCall(c *gin.Context, call persistence.Call, accepted bool) error {
 	return nil
 }
 
-func (s *Server) getCall(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) getCall(c *gin.Context, p persistence.Principal) error {
 	id, err := parseUUIDField("call_id", c.Param("call_id"))
 	if err != nil {
 		return err
@@ -157,8 +155,7 @@ func (s *Server) getCall(c *gin.Context) error {
 	return writeCall(c, call, false)
 }
 
-func (s *Server) listCalls(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listCalls(c *gin.Context, p persistence.Principal) error {
 	f := persistence.CallFilter{RunID: c.Query("run_id"), Limit: 100}
 	if v := c.Query("state"); v != "" {
 		st, ok := persistence.ParseCallState(v)
@@ -192,20 +189,19 @@ func (s *Server) listCalls(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) approveCall(c *gin.Context) error {
-	return s.decide(c, s.deps.Gateway.Approve, true)
+func (s *Server) approveCall(c *gin.Context, p persistence.Principal) error {
+	return s.decide(c, p, s.deps.Gateway.Approve, true)
 }
 
-func (s *Server) denyCall(c *gin.Context) error {
-	return s.decide(c, s.deps.Gateway.Deny, false)
+func (s *Server) denyCall(c *gin.Context, p persistence.Principal) error {
+	return s.decide(c, p, s.deps.Gateway.Deny, false)
 }
 
-func (s *Server) cancelCall(c *gin.Context) error {
-	return s.decide(c, s.deps.Gateway.Cancel, false)
+func (s *Server) cancelCall(c *gin.Context, p persistence.Principal) error {
+	return s.decide(c, p, s.deps.Gateway.Cancel, false)
 }
 
-func (s *Server) decide(c *gin.Context, op func(ctx context.Context, tenantID, callID, by uuid.UUID) (persistence.Call, error), accepted bool) error {
-	p := principalOf(c)
+func (s *Server) decide(c *gin.Context, p persistence.Principal, op func(ctx context.Context, tenantID, callID, by uuid.UUID) (persistence.Call, error), accepted bool) error {
 	id, err := parseUUIDField("call_id", c.Param("call_id"))
 	if err != nil {
 		return err
@@ -217,8 +213,7 @@ func (s *Server) decide(c *gin.Context, op func(ctx context.Context, tenantID, c
 	return writeCall(c, call, accepted)
 }
 
-func (s *Server) runEvents(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) runEvents(c *gin.Context, p persistence.Principal) error {
 	runID := c.Param("run_id")
 	if err := validRunID(runID); err != nil {
 		return err
@@ -265,8 +260,7 @@ type SettingsBody struct {
 	MaxCallsPerRun optional[int] `json:"max_calls_per_run"`
 }
 
-func (s *Server) getSettings(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) getSettings(c *gin.Context, p persistence.Principal) error {
 	st, err := s.deps.Gateway.Settings(c.Request.Context(), p.TenantID)
 	if err != nil {
 		return callError(err)
@@ -275,8 +269,7 @@ func (s *Server) getSettings(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) putSettings(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) putSettings(c *gin.Context, p persistence.Principal) error {
 	var body SettingsBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err

@@ -54,7 +54,7 @@ func (s *Server) registerChaos(r *gin.Engine) {
 
 // chaosCrash sends the crash and answers 202 at once: the kill itself is asynchronous (a message to
 // the actor), as a real crash would be.
-func (s *Server) chaosCrash(c *gin.Context) error {
+func (s *Server) chaosCrash(c *gin.Context, p persistence.Principal) error {
 	var body ChaosCrashBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (s *Server) chaosCrash(c *gin.Context) error {
 		if id, err = parseServerID(body.ServerID); err != nil {
 			return err
 		}
-		if _, err := s.store.GetServer(c.Request.Context(), principalOf(c).TenantID, id); err != nil {
+		if _, err := s.store.GetServer(c.Request.Context(), p.TenantID, id); err != nil {
 			return storeError(err)
 		}
 		switch mode {

@@ -140,8 +140,7 @@ func validVersion(v string) error {
 	return nil
 }
 
-func (s *Server) configureServer(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) configureServer(c *gin.Context, p persistence.Principal) error {
 	var body ConfigureBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
@@ -173,8 +172,7 @@ func (s *Server) configureServer(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) patchServer(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) patchServer(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -274,8 +272,7 @@ func configChangeJSON(ch persistence.ConfigChangeRecord) ConfigChangeJSON {
 // listConfigChanges answers GET /v1/mcp/servers/{server_id}/config-changes?after=&limit= for operators and
 // admins: the server's recorded configuration changes, oldest first, limit (1 to 1000, default 100) after
 // the seq after. Module keys are refused (403), as for tool changes: who changed what is the operators'.
-func (s *Server) listConfigChanges(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listConfigChanges(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -299,14 +296,17 @@ func (s *Server) listConfigChanges(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) confirmConfigChange(c *gin.Context) error { return s.decideConfigChange(c, true) }
-func (s *Server) cancelConfigChange(c *gin.Context) error  { return s.decideConfigChange(c, false) }
+func (s *Server) confirmConfigChange(c *gin.Context, p persistence.Principal) error {
+	return s.decideConfigChange(c, p, true)
+}
+func (s *Server) cancelConfigChange(c *gin.Context, p persistence.Principal) error {
+	return s.decideConfigChange(c, p, false)
+}
 
 // decideConfigChange answers POST .../config-changes/{change_id}/confirm and /cancel (admins): the change
 // as decided, with the server as it leaves it. The key that requested a change cannot confirm it (403
 // self_confirmation); it may cancel it.
-func (s *Server) decideConfigChange(c *gin.Context, confirm bool) error {
-	p := principalOf(c)
+func (s *Server) decideConfigChange(c *gin.Context, p persistence.Principal, confirm bool) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -376,8 +376,7 @@ func noBody(c *gin.Context) error {
 	return decodeBytes(body, &none)
 }
 
-func (s *Server) testConnection(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) testConnection(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -408,8 +407,7 @@ type SkippedJSON struct {
 	Reason string `json:"reason"`
 }
 
-func (s *Server) importCatalogue(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) importCatalogue(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -447,11 +445,14 @@ func farSide(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 }
 
-func (s *Server) enableSkill(c *gin.Context) error  { return s.setSkill(c, true) }
-func (s *Server) disableSkill(c *gin.Context) error { return s.setSkill(c, false) }
+func (s *Server) enableSkill(c *gin.Context, p persistence.Principal) error {
+	return s.setSkill(c, p, true)
+}
+func (s *Server) disableSkill(c *gin.Context, p persistence.Principal) error {
+	return s.setSkill(c, p, false)
+}
 
-func (s *Server) setSkill(c *gin.Context, enabled bool) error {
-	p := principalOf(c)
+func (s *Server) setSkill(c *gin.Context, p persistence.Principal, enabled bool) error {
 	raw := c.Param("skill_id")
 	id, err := uuid.Parse(raw)
 	if err != nil || len(raw) != 36 {
@@ -497,8 +498,7 @@ type ToolChangeJSON struct {
 // history outlives the operator's approval (enabling the tool clears only the skill's pending change).
 // Module keys are refused (403): a change says which key made it and where a server moved, which is the
 // operators' to judge, not another module's to read.
-func (s *Server) listToolChanges(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listToolChanges(c *gin.Context, p persistence.Principal) error {
 	raw := c.Param("skill_id")
 	id, err := uuid.Parse(raw)
 	if err != nil || len(raw) != 36 {
@@ -731,8 +731,8 @@ func (s *Server) serverDetails(ctx context.Context, p persistence.Principal, ser
 }
 
 // writeServer answers with one server's detail.
-func (s *Server) writeServer(c *gin.Context, srv persistence.Server) error {
-	out, err := s.serverDetails(c.Request.Context(), principalOf(c), []persistence.Server{srv})
+func (s *Server) writeServer(c *gin.Context, p persistence.Principal, srv persistence.Server) error {
+	out, err := s.serverDetails(c.Request.Context(), p, []persistence.Server{srv})
 	if err != nil {
 		return storeError(err)
 	}

@@ -264,8 +264,7 @@ func fleetError(err error) error {
 	return internalError(err)
 }
 
-func (s *Server) register(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) register(c *gin.Context, p persistence.Principal) error {
 	var body RegisterBody
 	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
 		return err
@@ -308,8 +307,17 @@ func (s *Server) register(c *gin.Context) error {
 
 // decodeServerIDBody reads the {server_id} body of heartbeat and deregister.
 func decodeServerIDBody(c *gin.Context) (uuid.UUID, error) {
+	raw, err := readJSONBody(c.Writer, c.Request)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if v, ok := canonicalServerID(raw); ok && len(v) == 36 {
+		if id, err := uuid.ParseBytes(v); err == nil {
+			return id, nil
+		}
+	}
 	var body ServerIDBody
-	if err := decodeJSON(c.Writer, c.Request, &body); err != nil {
+	if err := decodeBytes(raw, &body); err != nil {
 		return uuid.Nil, err
 	}
 	return parseServerID(body.ServerID)
@@ -322,8 +330,7 @@ type heartbeatAnswer struct {
 	LastHeartbeatAt time.Time     `json:"last_heartbeat_at"`
 }
 
-func (s *Server) heartbeat(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) heartbeat(c *gin.Context, p persistence.Principal) error {
 	id, err := decodeServerIDBody(c)
 	if err != nil {
 		return err
@@ -340,8 +347,7 @@ func (s *Server) heartbeat(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) deregister(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) deregister(c *gin.Context, p persistence.Principal) error {
 	id, err := decodeServerIDBody(c)
 	if err != nil {
 		return err
@@ -377,8 +383,7 @@ type serverListItemJSON struct {
 // page holds at most ListAdvertisementLimit servers (400 page_too_large above it) and at most
 // ListPageBytes of advertisements (the page ends early, next_cursor set): an advertisement may be
 // large, a list of them larger.
-func (s *Server) listServers(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listServers(c *gin.Context, p persistence.Principal) error {
 	f := persistence.ServerFilter{Limit: 100, WithoutAdvertisement: true}
 	if v, ok := c.GetQuery("include"); ok {
 		for _, part := range strings.Split(v, ",") {
@@ -475,8 +480,7 @@ func (s *Server) listPage(ctx context.Context, tenantID uuid.UUID, f persistence
 	return page, true, nil
 }
 
-func (s *Server) getServer(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) getServer(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -485,7 +489,7 @@ func (s *Server) getServer(c *gin.Context) error {
 	if err != nil {
 		return storeError(err)
 	}
-	return s.writeServer(c, srv)
+	return s.writeServer(c, p, srv)
 }
 
 // SkillJSON is a skill of the API.
@@ -512,8 +516,7 @@ type SkillJSON struct {
 	Callable      bool `json:"callable"`
 }
 
-func (s *Server) listSkills(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listSkills(c *gin.Context, p persistence.Principal) error {
 	id, err := parseServerID(c.Param("server_id"))
 	if err != nil {
 		return err
@@ -552,8 +555,7 @@ type AuditJSON struct {
 	OccurredAt time.Time     `json:"occurred_at"`
 }
 
-func (s *Server) listAudit(c *gin.Context) error {
-	p := principalOf(c)
+func (s *Server) listAudit(c *gin.Context, p persistence.Principal) error {
 	f := persistence.AuditFilter{Limit: 500}
 	if v := c.Query("server_id"); v != "" {
 		id, err := parseServerID(v)
