@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -16,8 +17,15 @@ import (
 // (uuidArrayCodec), without boxing each element. It is installed on every connection of the pools
 // (AfterConnect); *uuid.UUID parameters (NULL when nil) go through pgx's pointer dereference first and
 // end here too.
+//
+// Scanning is the mirror image: pgx scans a uuid into a *uuid.UUID through its sql.Scanner (the 16 bytes
+// formatted as a string, then parsed); uuidCodec copies the bytes. Reading 100,000 servers at a cold
+// start spent a fifth of its time there.
 func registerUUID(m *pgtype.Map) {
 	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{tryWrapUUIDEncodePlan}, m.TryWrapEncodePlanFuncs...)
+	if t, ok := m.TypeForOID(pgtype.UUIDOID); ok {
+		m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: uuidCodec{}})
+	}
 	if t, ok := m.TypeForOID(pgtype.UUIDArrayOID); ok {
 		if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok {
 			m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: uuidArrayCodec{ac}})
@@ -71,4 +79,28 @@ func (p *uuidEncodePlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
 func (p *uuidEncodePlan) Encode(value any, buf []byte) ([]byte, error) {
 	return p.next.Encode(pgtype.UUID{Bytes: value.(uuid.UUID), Valid: true}, buf)
+}
+
+// uuidCodec is pgx's uuid codec, but a binary uuid is scanned into a *uuid.UUID by uuidScanPlan.
+type uuidCodec struct{ pgtype.UUIDCodec }
+
+func (c uuidCodec) PlanScan(m *pgtype.Map, oid uint32, format int16, target any) pgtype.ScanPlan {
+	if _, ok := target.(*uuid.UUID); ok && format == pgtype.BinaryFormatCode {
+		return uuidScanPlan{}
+	}
+	return c.UUIDCodec.PlanScan(m, oid, format, target)
+}
+
+// uuidScanPlan copies a binary uuid into a *uuid.UUID; NULL leaves it as it is, as uuid.UUID's Scan does.
+type uuidScanPlan struct{}
+
+func (uuidScanPlan) Scan(src []byte, target any) error {
+	if src == nil {
+		return nil
+	}
+	if len(src) != 16 {
+		return fmt.Errorf("scan uuid: %d bytes, want 16", len(src))
+	}
+	copy(target.(*uuid.UUID)[:], src)
+	return nil
 }

@@ -53,3 +53,38 @@ func TestUUIDEncodesAsBytes(t *testing.T) {
 		t.Fatalf("encoding 1,000 uuids allocates %.0f times", allocs)
 	}
 }
+
+// TestUUIDScansFromBytes: with registerUUID a binary uuid scans into a *uuid.UUID (and through a
+// **uuid.UUID, NULL as nil) by copying its bytes, without an allocation; without it pgx goes through
+// uuid's sql.Scanner (a string formatted and parsed).
+func TestUUIDScansFromBytes(t *testing.T) {
+	m := pgtype.NewMap()
+	registerUUID(m)
+	u := uuid.MustParse("0b9a7ad5-35e5-4a30-8d3a-2b8f4a5d6c7e")
+	var got uuid.UUID
+	if err := m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, u[:], &got); err != nil || got != u {
+		t.Fatalf("scanned %s, %v; want %s", got, err, u)
+	}
+	var ptr *uuid.UUID
+	if err := m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, u[:], &ptr); err != nil || ptr == nil || *ptr != u {
+		t.Fatalf("scanned %v, %v through a pointer", ptr, err)
+	}
+	if err := m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, nil, &ptr); err != nil || ptr != nil {
+		t.Fatalf("NULL scanned as %v, %v; want nil", ptr, err)
+	}
+	if err := m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, u[:15], &got); err == nil {
+		t.Fatal("15 bytes scanned as a uuid")
+	}
+	if err := m.Scan(pgtype.UUIDOID, pgtype.TextFormatCode, []byte(u.String()), &got); err != nil || got != u {
+		t.Fatalf("text format scanned %s, %v", got, err)
+	}
+	plan := m.PlanScan(pgtype.UUIDOID, pgtype.BinaryFormatCode, &got)
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := plan.Scan(u[:], &got); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("scanning a uuid allocates %.0f times", allocs)
+	}
+}
