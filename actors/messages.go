@@ -73,7 +73,14 @@ type heartbeatMsg struct {
 	tenantID uuid.UUID
 	trace    telemetry.Carrier
 	deadline time.Time
+	// reply, if not nil, is where the one answer goes (Fleet.Heartbeat: no future, no PID to register
+	// per heartbeat); nil: the answer is sent to the message's sender.
+	reply chan heartbeatReply
 }
+
+// IgnoreDeadLetterLogging keeps a heartbeat for a server whose actor is gone out of protoactor's
+// dead-letter log: Fleet.Heartbeat's dead-letter subscriber answers it (deadHeartbeats).
+func (*heartbeatMsg) IgnoreDeadLetterLogging() {}
 
 type heartbeatReply struct {
 	res HeartbeatResult

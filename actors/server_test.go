@@ -186,6 +186,16 @@ func TestMonitorDecisionsReachTheWriter(t *testing.T) {
 	}
 }
 
+// TestHeartbeatWithoutActor: a heartbeat for a server no actor runs (its reply channel published as a
+// dead letter) is answered ErrNotFound by the fleet's look-up, not left to time out (ErrUnavailable).
+func TestHeartbeatWithoutActor(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register("a")
+	if _, err := h.fleet.Heartbeat(context.Background(), h.tenant, uuid.New(), carrier{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("heartbeat for no server: %v, want ErrNotFound", err)
+	}
+}
+
 // TestHeartbeatWaitsBehindTransition: a heartbeat that arrives while a transition is being committed
 // waits in the stash and is decided on the committed state: unhealthy, then the recovery.
 func TestHeartbeatWaitsBehindTransition(t *testing.T) {

@@ -171,6 +171,7 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log.With("component", "protoactor") }),
 		actor.WithDeadLetterRequestLogging(false),
 	)
+	system.EventStream.Subscribe(deadHeartbeats)
 	if deps.observeSystem != nil {
 		deps.observeSystem(system)
 	}
@@ -393,13 +394,45 @@ func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResu
 
 // Heartbeat accepts a heartbeat for serverID from tenantID. A server that was not healthy is recovered,
 // durably, before it returns.
+//
+// It is askServer without a future: the heartbeat carries a channel for its answer, so the hottest
+// round trip of the service registers no PID, formats no id and arms no timer in the actor system. A
+// heartbeat for an actor that is gone is answered actor.ErrDeadLetter by deadHeartbeats, as a future
+// would have been, and handled as askServer handles one.
 func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (HeartbeatResult, error) {
-	res, err := f.askServer(ctx, tenantID, serverID, &heartbeatMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline()})
+	if !f.own.ownsServer(serverID) {
+		return HeartbeatResult{}, ErrNotOwner
+	}
+	timeout, err := f.askTimeout(ctx)
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	r := res.(*heartbeatReply)
-	return r.res, r.err
+	msg := &heartbeatMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline(), reply: make(chan heartbeatReply, 1)}
+	f.system.Root.Send(f.serverPID(serverID), msg)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-msg.reply:
+		if errors.Is(r.err, actor.ErrDeadLetter) {
+			return HeartbeatResult{}, f.noActor(ctx, tenantID, serverID)
+		}
+		return r.res, r.err
+	case <-t.C:
+		return HeartbeatResult{}, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
+	}
+}
+
+// deadHeartbeats answers a heartbeat sent with a reply channel to an actor that does not exist (it is
+// published as a dead letter): actor.ErrDeadLetter, what a future would have been told.
+func deadHeartbeats(evt any) {
+	if dl, ok := evt.(*actor.DeadLetterEvent); ok {
+		if m, ok := dl.Message.(*heartbeatMsg); ok && m.reply != nil {
+			select {
+			case m.reply <- heartbeatReply{err: actor.ErrDeadLetter}:
+			default:
+			}
+		}
+	}
 }
 
 // Deregister marks serverID deregistered and its skills unavailable, durably, before it returns.
@@ -430,26 +463,30 @@ func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg
 	if !errors.Is(err, actor.ErrDeadLetter) {
 		return res, err
 	}
+	return nil, f.noActor(ctx, tenantID, serverID)
+}
+
+// noActor is the error for a message to serverID's actor that found none: the fleet is asked whether
+// it knows the server (then it is being respawned: ErrUnavailable) or not (ErrNotFound, or
+// ErrUnavailable when the server's shard has just moved to another process).
+func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID) error {
 	lres, lerr := f.ask(ctx, f.fleet, &lookupMsg{tenantID: tenantID, serverID: serverID})
 	if lerr != nil {
-		return nil, lerr
+		return lerr
 	}
 	if lres.(*lookupReply).known {
-		return nil, fmt.Errorf("%w: server actor restarting", ErrUnavailable)
+		return fmt.Errorf("%w: server actor restarting", ErrUnavailable)
 	}
 	if !f.own.ownsServer(serverID) {
-		return nil, fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
+		return fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
 	}
-	return nil, ErrNotFound
+	return ErrNotFound
 }
 
 func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
-	timeout := f.cfg.AskTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	if timeout <= 0 {
-		return nil, fmt.Errorf("%w: deadline passed", ErrUnavailable)
+	timeout, err := f.askTimeout(ctx)
+	if err != nil {
+		return nil, err
 	}
 	res, err := f.system.Root.RequestFuture(pid, msg, timeout).Result()
 	switch {
@@ -461,6 +498,18 @@ func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return res, nil
+}
+
+// askTimeout is how long an ask waits for its answer: AskTimeout, or less if ctx ends sooner.
+func (f *Fleet) askTimeout(ctx context.Context) (time.Duration, error) {
+	timeout := f.cfg.AskTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return 0, fmt.Errorf("%w: deadline passed", ErrUnavailable)
+	}
+	return timeout, nil
 }
 
 // RunMonitor runs one monitor pass now and returns when every server whose deadline has come (the
