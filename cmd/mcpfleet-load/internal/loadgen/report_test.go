@@ -70,6 +70,7 @@ func TestTargets(t *testing.T) {
 		{"all met", func(*loadgen.Summary) {}, nil},
 		{"too few servers", func(s *loadgen.Summary) { s.Registration.Registered = 249_999 }, map[string]string{fleet: notMet}},
 		{"other interval", func(s *loadgen.Summary) { s.Config.IntervalSeconds = 5 }, map[string]string{fleet: notMet}},
+		{"fleet not held", func(s *loadgen.Summary) { s.Steady.RatePerSecond = 9_899 }, map[string]string{fleet: notMet}},
 		{"slow p99", func(s *loadgen.Summary) { s.Steady.P99Ms = 50 }, map[string]string{p99: notMet}},
 		{"one error", func(s *loadgen.Summary) { s.Steady.Errors.Total = 1 }, map[string]string{errs: notMet}},
 		{"registration error", func(s *loadgen.Summary) { s.Registration.Errors.Total = 1 }, map[string]string{errs: notMet}},
