@@ -289,16 +289,24 @@ func TestMCPEndpointDeregisteredKeep(t *testing.T) {
 // (one list_changed), a server that comes up and fails again within the hold stays out, and comes back
 // after a whole hold up.
 func TestMCPEndpointUnavailableHide(t *testing.T) {
-	// The flap detector would mark this server (4 transitions); this test is about the hold alone.
-	h := newHarness(t, withMCPEndpoint("hide"), func(c *service.Config, _ *service.Options) { c.FlapThreshold = 1000 })
+	// The flap detector would mark this server (4 transitions); this test is about the hold alone. The
+	// hold is longer than the 3H jump silence makes: a poll in the middle of that jump sees the server
+	// still healthy (the monitor has not run yet), and with a shorter hold it would rightly judge a server
+	// healthy for 3H up for a whole hold — two list_changed the test did not mean (a flake under load).
+	var hold time.Duration
+	h := newHarness(t, withMCPEndpoint("hide"), func(c *service.Config, _ *service.Options) {
+		c.FlapThreshold = 1000
+		hold = 3*c.HeartbeatInterval + 10*time.Second
+		c.MCP.ListHold = hold
+	})
 	srv := mcptest.Tools(t)
 	id, _ := h.gatewayServer("tools", srv.URL, false, "text")
 	s := h.mustConnectMCP(h.adminKey(), legacyMCP)
-	h.silence(id) // unhealthy now; the hold (one monitor period, 5 s) runs on the fake clock
+	h.silence(id) // unhealthy now; the hold runs on the fake clock
 	if got := toolNames(t, s); !slices.Equal(got, []string{"text"}) {
 		t.Fatalf("hidden before the hold: %v", got)
 	}
-	h.advance(5 * time.Second)
+	h.advance(hold)
 	waitChanges(t, s, 1, "hidden after the hold")
 	if got := toolNames(t, s); len(got) != 0 {
 		t.Fatalf("listed after the hold: %v", got)
@@ -307,13 +315,13 @@ func TestMCPEndpointUnavailableHide(t *testing.T) {
 	if err != nil || !res.IsError || !strings.Contains(callText(t, res), "not listed") {
 		t.Fatalf("call of a hidden tool: %v %+v %q", err, res, callText(t, res))
 	}
-	// Flapping: up, then down again within the hold — it stays out.
+	// Flapping: up, then down again within the hold (after 3H + 2 s) — it stays out.
 	h.heartbeatOK(id)
 	h.advance(2 * time.Second)
 	h.silence(id)
-	h.advance(5 * time.Second)
+	h.advance(hold)
 	h.heartbeatOK(id)
-	h.advance(4 * time.Second)
+	h.advance(hold - time.Second)
 	if got := toolNames(t, s); len(got) != 0 || s.changes.Load() != 1 {
 		t.Fatalf("a flapping server came back: %v, %d list_changed", got, s.changes.Load())
 	}
