@@ -40,13 +40,6 @@ func (h *handover) take(pidID string) *serverRecord {
 	return rec
 }
 
-// pending is how many records wait for their incarnation's Started.
-func (h *handover) pending() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.recs)
-}
-
 // newServerProps is the one Props every server actor is spawned with (see handover).
 func newServerProps(deps *serverDeps) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {

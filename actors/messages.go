@@ -73,9 +73,21 @@ type heartbeatMsg struct {
 	tenantID uuid.UUID
 	trace    telemetry.Carrier
 	deadline time.Time
-	// reply, if not nil, is where the one answer goes (Fleet.Heartbeat: no future, no PID to register
-	// per heartbeat); nil: the answer is sent to the message's sender.
+	// reply is where the one answer goes (buffered for it): no future, no PID to register per heartbeat.
 	reply chan heartbeatReply
+}
+
+func newHeartbeatMsg(tenantID uuid.UUID, trc telemetry.Carrier, deadline time.Time) *heartbeatMsg {
+	return &heartbeatMsg{tenantID: tenantID, trace: trc, deadline: deadline, reply: make(chan heartbeatReply, 1)}
+}
+
+// answer gives the heartbeat its answer. A heartbeat is answered once; a second answer (none is sent)
+// would be dropped, never block the actor or the dead-letter stream.
+func (m *heartbeatMsg) answer(r heartbeatReply) {
+	select {
+	case m.reply <- r:
+	default:
+	}
 }
 
 // IgnoreDeadLetterLogging keeps a heartbeat for a server whose actor is gone out of protoactor's

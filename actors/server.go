@@ -103,19 +103,18 @@ func (a *serverActor) Receive(ctx actor.Context) {
 	case *contactMsg:
 		a.receiveContact(ctx, msg)
 	case *heartbeatMsg:
-		sender := ctx.Sender()
 		now := a.deps.clock.Now()
 		span := startSpan(a.deps.tracer, msg.trace, "server.heartbeat")
 		if msg.tenantID != a.rec.tenantID || !a.rec.life.Registered() {
 			endSpan(span, ErrNotFound)
-			answerHeartbeat(ctx, msg, sender, heartbeatReply{err: ErrNotFound})
+			msg.answer(heartbeatReply{err: ErrNotFound})
 			return
 		}
 		a.arrivedEvidence(ctx, now)
-		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, sender, now, span) },
+		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, now, span) },
 			func(ctx actor.Context) {
 				endSpan(span, ErrUnavailable)
-				answerHeartbeat(ctx, msg, sender, heartbeatReply{err: ErrUnavailable})
+				msg.answer(heartbeatReply{err: ErrUnavailable})
 			})
 	case *deregisterMsg:
 		sender := ctx.Sender()
@@ -323,22 +322,9 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 	}
 }
 
-// answerHeartbeat sends a heartbeat's answer: to msg.reply, or to sender. A heartbeat is answered once;
-// a second answer to a reply channel (none is sent) would be dropped, never block the actor.
-func answerHeartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, r heartbeatReply) {
-	if msg.reply != nil {
-		select {
-		case msg.reply <- r:
-		default:
-		}
-		return
-	}
-	ctx.Send(sender, &r)
-}
-
 // heartbeat handles an accepted heartbeat under hb, its server.heartbeat span, and ends hb once it
 // has answered.
-func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *actor.PID, now time.Time, hb trace.Span) {
+func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.Time, hb trace.Span) {
 	rec := a.rec
 	a.heldEvidence(ctx)
 	setServerAttrs(hb, rec.tenantID, rec.id, rec.key.moduleName)
@@ -348,7 +334,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 	t, err := rec.life.Recover(a.deps.life, now)
 	if err != nil {
 		endSpan(hb, ErrDeregistered)
-		answerHeartbeat(ctx, msg, sender, heartbeatReply{err: ErrDeregistered})
+		msg.answer(heartbeatReply{err: ErrDeregistered})
 		return
 	}
 	hbc := carrierOf(hb)
@@ -361,7 +347,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		if fence, held := a.deps.own.fence(rec.id); held { // not held: the actor is being stopped (shardFenced)
 			ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall, Fence: fence}, trace: hbc})
 		}
-		answerHeartbeat(ctx, msg, sender, heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
+		msg.answer(heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 		hb.End()
 		return
 	}
@@ -376,12 +362,12 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, sender *ac
 		a.heldEvidence(ctx)
 		if err != nil {
 			rec.life.Failed(t)
-			answerHeartbeat(ctx, msg, sender, heartbeatReply{err: mapWriteErr(err)})
+			msg.answer(heartbeatReply{err: mapWriteErr(err)})
 			return
 		}
 		a.applyTransition(ctx, t, cmd)
 		rec.row.LastHeartbeatAt = wall
-		answerHeartbeat(ctx, msg, sender, heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
+		msg.answer(heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 	})
 }
 

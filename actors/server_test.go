@@ -116,14 +116,16 @@ func (h *harness) barrier(serverID uuid.UUID) {
 
 // sendHeartbeat enqueues a heartbeat to serverID's actor now and returns a wait for its reply.
 func (h *harness) sendHeartbeat(serverID uuid.UUID) func() *heartbeatReply {
-	fut := h.fleet.system.Root.RequestFuture(h.fleet.serverPID(serverID),
-		&heartbeatMsg{tenantID: h.tenant, deadline: h.fleet.writeDeadline()}, 10*time.Second)
+	msg := newHeartbeatMsg(h.tenant, carrier{}, h.fleet.writeDeadline())
+	h.fleet.system.Root.Send(h.fleet.serverPID(serverID), msg)
 	return func() *heartbeatReply {
-		res, err := fut.Result()
-		if err != nil {
-			h.t.Fatalf("heartbeat: %v", err)
+		select {
+		case r := <-msg.reply:
+			return &r
+		case <-time.After(10 * time.Second):
+			h.t.Fatalf("heartbeat: no answer in 10s")
+			return nil
 		}
-		return res.(*heartbeatReply)
 	}
 }
 

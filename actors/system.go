@@ -407,7 +407,7 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	msg := &heartbeatMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline(), reply: make(chan heartbeatReply, 1)}
+	msg := newHeartbeatMsg(tenantID, trc, f.writeDeadline())
 	f.system.Root.Send(f.serverPID(serverID), msg)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -426,11 +426,8 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 // published as a dead letter): actor.ErrDeadLetter, what a future would have been told.
 func deadHeartbeats(evt any) {
 	if dl, ok := evt.(*actor.DeadLetterEvent); ok {
-		if m, ok := dl.Message.(*heartbeatMsg); ok && m.reply != nil {
-			select {
-			case m.reply <- heartbeatReply{err: actor.ErrDeadLetter}:
-			default:
-			}
+		if m, ok := dl.Message.(*heartbeatMsg); ok {
+			m.answer(heartbeatReply{err: actor.ErrDeadLetter})
 		}
 	}
 }
