@@ -81,6 +81,11 @@ func (p *pgFleet) runsExactlyTheDatabase() {
 			p.t.Errorf("server %s of module %s is in the database, but its heartbeat: %v", s.ServerID, s.ModuleName, err)
 		}
 	}
+	// A barrier: a server actor tells the fleet its registration committed before it answers anything
+	// after it, so once the fleet answers this, it has counted every server the heartbeats reached.
+	if _, err := p.fleet.ask(ctx, p.fleet.fleet, &lookupMsg{}); err != nil {
+		p.t.Fatal(err)
+	}
 	if n := p.fleet.OwnedServers(); n != len(rows) {
 		p.t.Errorf("the fleet counts %d servers, the database holds %d", n, len(rows))
 	}
