@@ -89,7 +89,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 		return
 	}
 	f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
-	pid := f.child(id)
+	pid := f.child(ctx, id)
 	if pid == nil {
 		// Forget it now: nobody else would ever register this record, and a retry brings a new id.
 		delete(f.entries, id)

@@ -13,7 +13,7 @@ import (
 )
 
 // fleetActor supervises one server actor per registered server, spawned by server_id (PID id
-// "fleet/<server_id>"). It routes registrations (so two registrations of one module are serialised and
+// "fleet/<server_id>"; a server loaded from PostgreSQL gets its actor when first needed, see wake). It routes registrations (so two registrations of one module are serialised and
 // can never create two servers), sends each monitor tick to the servers whose deadline has come (its
 // deadline heap, deadlines.go), and respawns a server actor that was stopped
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
@@ -51,17 +51,36 @@ type fleetEntry struct {
 	tenantID   uuid.UUID
 	key        moduleKey
 	registered bool
-	armed      int64      // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
-	pid        *actor.PID // the running incarnation of its actor; nil while it is respawned
-	rec        *serverRecord
+	// dormant: the server was loaded from PostgreSQL and nothing has needed its actor yet (see wake).
+	dormant bool
+	armed   int64      // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
+	pid     *actor.PID // the running incarnation of its actor; nil while it is respawned or dormant
+	rec     *serverRecord
 }
 
-// child is the PID of server id's running actor, or nil.
-func (f *fleetActor) child(id uuid.UUID) *actor.PID {
-	if e := f.entries[id]; e != nil {
-		return e.pid
+// child is the PID of server id's running actor, or nil. A dormant server's actor is spawned first
+// (wake): whoever asks for a server's actor needs it.
+func (f *fleetActor) child(ctx actor.Context, id uuid.UUID) *actor.PID {
+	e := f.entries[id]
+	if e == nil {
+		return nil
 	}
-	return nil
+	f.wake(ctx, id, e)
+	return e.pid
+}
+
+// wake spawns the actor of a dormant server. A server loaded from PostgreSQL (a start, a shard taken)
+// gets its actor only when something needs it — a message to it that found no actor (lookupMsg), its
+// deadline (a monitor tick), a registration routed through the fleet — so a fleet is ready once its
+// servers are known and their deadlines armed, not once 250,000 actors exist, and a server that never
+// speaks again (unhealthy, its module gone) costs no actor. It reports whether it spawned.
+func (f *fleetActor) wake(ctx actor.Context, id uuid.UUID, e *fleetEntry) bool {
+	if !e.dormant {
+		return false
+	}
+	e.dormant = false
+	f.spawn(ctx, id)
+	return true
 }
 
 // serverRegistered tells the fleet that a server's first registration or configuration committed.
@@ -70,8 +89,13 @@ type serverRegistered struct{ serverID uuid.UUID }
 // fleetChunk bounds how many servers one fan-out message touches, so heartbeats interleave with a tick.
 const fleetChunk = 2000
 
-// loadMsg hands the fleet servers read from PostgreSQL at start (all registered).
-type loadMsg struct{ records []*serverRecord }
+// loadMsg hands the fleet servers read from PostgreSQL at start or with a shard (all registered),
+// each with its deadline bound (bounds[i], UnixNano on the monitor's clock; 0: time alone changes
+// nothing). They are taken in dormant: their actors are spawned when needed (wake).
+type loadMsg struct {
+	records []*serverRecord
+	bounds  []int64
+}
 
 type loaded struct{}
 
@@ -105,8 +129,11 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 func (f *fleetActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *loadMsg:
-		for _, rec := range msg.records {
-			f.add(ctx, rec, true)
+		for i, rec := range msg.records {
+			f.enter(rec, true).dormant = true
+			if at := msg.bounds[i]; at != 0 {
+				f.arm(&armMsg{id: rec.id, at: at})
+			}
 		}
 		ctx.Respond(&loaded{})
 	case *registerMsg:
@@ -120,7 +147,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
-		ctx.Respond(&lookupReply{known: ok && e.tenantID == msg.tenantID})
+		known := ok && e.tenantID == msg.tenantID
+		ctx.Respond(&lookupReply{known: known, woke: known && f.wake(ctx, msg.serverID, e)})
 	case *armMsg:
 		f.arm(msg)
 	case *monitorTick:
@@ -137,7 +165,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *tickChunk:
 		n := min(len(msg.ids), fleetChunk)
 		for _, id := range msg.ids[:n] {
-			if pid := f.child(id); pid != nil {
+			if pid := f.child(ctx, id); pid != nil {
 				ctx.Send(pid, &evaluateMsg{round: msg.round})
 			} else {
 				msg.round.done()
@@ -184,13 +212,20 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 // add takes a new server into the fleet and spawns its actor. rec is read here, before any server
 // actor has it, and never again.
 func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) {
-	f.entries[rec.id] = &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
+	f.enter(rec, registered)
+	f.spawn(ctx, rec.id)
+}
+
+// enter takes a new server into the fleet's maps, without an actor, and returns its entry.
+func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
+	e := &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
+	f.entries[rec.id] = e
 	f.byModule[rec.key] = rec.id
 	f.tenants[rec.tenantID]++
 	if registered {
 		f.deps.count.Add(1)
 	}
-	f.spawn(ctx, rec.id)
+	return e
 }
 
 func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
@@ -206,7 +241,7 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 		id = newServerID(key)
 		f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
 	}
-	pid := f.child(id)
+	pid := f.child(ctx, id)
 	setServerAttrs(span, key.tenantID, id, key.moduleName)
 	if pid == nil {
 		endSpan(span, ErrUnavailable)

@@ -116,7 +116,9 @@ type lookupMsg struct {
 	serverID uuid.UUID
 }
 
-type lookupReply struct{ known bool }
+// lookupReply: known, the fleet runs the server for that tenant; woke, its actor was dormant and has
+// just been spawned (the asker sends its message again).
+type lookupReply struct{ known, woke bool }
 
 // monitorRound lets RunMonitor wait until every server the tick checked has evaluated it and persisted
 // what it decided. Done is called exactly once per Add.

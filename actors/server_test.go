@@ -319,6 +319,41 @@ func TestRestartGrace(t *testing.T) {
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
 
+// TestLoadedServersAreDormantUntilNeeded: a fleet started over persisted servers is ready with no
+// server actor spawned; each server's actor comes when something needs it — a heartbeat, a deregistration,
+// its deadline — and the server behaves as if it had run all along. Another tenant's message wakes
+// nothing. Without dormancy every loaded server has its actor at once (the first check fails).
+func TestLoadedServersAreDormantUntilNeeded(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b, c := h.register("a"), h.register("b"), h.register("c")
+	h.stop()
+	h.start(nil)
+	if got := serverActors(h.fleet); len(got) != 0 {
+		t.Fatalf("%d server actors right after start, want none (dormant)", len(got))
+	}
+	ctx := context.Background()
+	if _, err := h.fleet.Heartbeat(ctx, h.tenant, a, carrier{}); err != nil {
+		t.Fatalf("heartbeat of a dormant server: %v", err)
+	}
+	if _, err := h.fleet.Heartbeat(ctx, uuid.New(), b, carrier{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's heartbeat: %v, want ErrNotFound", err)
+	}
+	if _, err := h.fleet.Deregister(ctx, h.tenant, c, carrier{}); err != nil {
+		t.Fatalf("deregistration of a dormant server: %v", err)
+	}
+	got := serverActors(h.fleet)
+	slices.SortFunc(got, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
+	want := []uuid.UUID{a, c}
+	slices.SortFunc(want, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("server actors %v, want a and c %v (b was asked for by another tenant only)", got, want)
+	}
+	h.clock.Advance(3 * testH)
+	h.monitor() // b's deadline wakes it, and its silence is judged as if its actor had run all along
+	wantStatuses(t, h.statuses(b), health.Unhealthy)
+	wantStatuses(t, h.statuses(c), health.Deregistered)
+}
+
 // TestConfigureSeesRegistrationByMessage: the fleet knows a module is registered (ExistsError) or
 // still being registered (ErrUnavailable) from the server actor's messages alone.
 func TestConfigureSeesRegistrationByMessage(t *testing.T) {

@@ -159,8 +159,8 @@ func (guardian) Receive(ctx actor.Context) {
 }
 
 // Start builds the actor system, rebuilds the fleet from PostgreSQL, repairs the skill cascade and
-// starts the timers. When it returns the fleet is ready: every persisted server has its actor, and its
-// deadline runs from now (restart grace: nobody is declared unhealthy until 3H after this moment
+// starts the timers. When it returns the fleet is ready: every persisted server is known to the fleet,
+// its deadline armed and running from now (its actor is spawned when first needed: fleetActor.wake) (restart grace: nobody is declared unhealthy until 3H after this moment
 // unless evidence says otherwise; a server persisted as unhealthy stays unhealthy until evidence).
 // When it fails, every actor it spawned is stopped and the actor system shut down before it returns.
 func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, err error) {
@@ -368,11 +368,19 @@ func newLoadedRecord(s persistence.Server) *serverRecord {
 	}
 }
 
-// sendLoad hands loaded records to the fleet actor, in chunks, and waits for it to take them.
+// sendLoad hands loaded records (their life restored) to the fleet actor, in chunks, each with its
+// deadline bound, and waits for it to take them. The records are nobody's yet: reading them here is the
+// last time anything but their server actor does.
 func (f *Fleet) sendLoad(all []*serverRecord) error {
 	for i := 0; i < len(all); i += 10000 {
 		chunk := all[i:min(i+10000, len(all))]
-		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk}, time.Minute).Result(); err != nil {
+		bounds := make([]int64, len(chunk))
+		for j, r := range chunk {
+			if due, ok := r.life.Due(f.sdeps.life); ok {
+				bounds[j] = due.UnixNano()
+			}
+		}
+		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk, bounds: bounds}, time.Minute).Result(); err != nil {
 			return err
 		}
 	}
@@ -407,18 +415,23 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	msg := newHeartbeatMsg(tenantID, trc, f.writeDeadline())
-	f.system.Root.Send(f.serverPID(serverID), msg)
+	deadline := f.writeDeadline()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case r := <-msg.reply:
-		if errors.Is(r.err, actor.ErrDeadLetter) {
-			return HeartbeatResult{}, f.noActor(ctx, tenantID, serverID)
+	for try := 0; ; try++ {
+		msg := newHeartbeatMsg(tenantID, trc, deadline)
+		f.system.Root.Send(f.serverPID(serverID), msg)
+		select {
+		case r := <-msg.reply:
+			if !errors.Is(r.err, actor.ErrDeadLetter) {
+				return r.res, r.err
+			}
+			if err := f.noActor(ctx, tenantID, serverID); !errors.Is(err, errWoken) || try > 0 {
+				return HeartbeatResult{}, err
+			}
+		case <-t.C:
+			return HeartbeatResult{}, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
 		}
-		return r.res, r.err
-	case <-t.C:
-		return HeartbeatResult{}, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
 	}
 }
 
@@ -456,22 +469,32 @@ func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg
 	if !f.own.ownsServer(serverID) {
 		return nil, ErrNotOwner
 	}
-	res, err := f.ask(ctx, f.serverPID(serverID), msg)
-	if !errors.Is(err, actor.ErrDeadLetter) {
-		return res, err
+	for try := 0; ; try++ {
+		res, err := f.ask(ctx, f.serverPID(serverID), msg)
+		if !errors.Is(err, actor.ErrDeadLetter) {
+			return res, err
+		}
+		if err := f.noActor(ctx, tenantID, serverID); !errors.Is(err, errWoken) || try > 0 {
+			return nil, err
+		}
 	}
-	return nil, f.noActor(ctx, tenantID, serverID)
 }
 
+// errWoken is noActor's answer when the server's actor was dormant and the fleet has just spawned it:
+// the caller sends its message again, once (the actor exists now: a second dead letter is a restart).
+var errWoken = errors.New("server actor spawned: send again")
+
 // noActor is the error for a message to serverID's actor that found none: the fleet is asked whether
-// it knows the server (then it is being respawned: ErrUnavailable) or not (ErrNotFound, or
-// ErrUnavailable when the server's shard has just moved to another process).
+// it knows the server — dormant (it spawns the actor: errWoken), being respawned (ErrUnavailable) —
+// or not (ErrNotFound, or ErrUnavailable when the server's shard has just moved to another process).
 func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID) error {
 	lres, lerr := f.ask(ctx, f.fleet, &lookupMsg{tenantID: tenantID, serverID: serverID})
 	if lerr != nil {
 		return lerr
 	}
-	if lres.(*lookupReply).known {
+	if r := lres.(*lookupReply); r.woke {
+		return errWoken
+	} else if r.known {
 		return fmt.Errorf("%w: server actor restarting", ErrUnavailable)
 	}
 	if !f.own.ownsServer(serverID) {
