@@ -123,7 +123,7 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 			f.shared = shared
 		}
 		return f
-	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()))
+	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(deps.workers))
 }
 
 func (f *fleetActor) Receive(ctx actor.Context) {
@@ -258,6 +258,7 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	if e, ok := f.entries[msg.serverID]; ok && !e.registered {
 		delete(f.entries, msg.serverID)
+		f.deps.pids.forget(msg.serverID)
 		f.tenants[e.tenantID]--
 		if f.byModule[msg.key] == msg.serverID {
 			delete(f.byModule, msg.key)

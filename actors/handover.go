@@ -44,7 +44,7 @@ func (h *handover) take(pidID string) *serverRecord {
 func newServerProps(deps *serverDeps) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &serverActor{deps: deps}
-	}, actor.WithMailbox(unboundedMailbox()))
+	}, actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(deps.workers))
 }
 
 // claimRecord gives a new incarnation its record, on Started.

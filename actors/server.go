@@ -58,7 +58,9 @@ type serverDeps struct {
 	confirmed atomic.Pointer[func() bool]
 
 	serverProps *actor.Props // every server actor's (newServerProps)
+	workers     *workers     // the server and fleet actors' dispatcher
 	handover    *handover    // records on their way to a new incarnation
+	pids        *pidCache    // the PIDs callers send to server actors with
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,

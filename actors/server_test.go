@@ -354,6 +354,30 @@ func TestLoadedServersAreDormantUntilNeeded(t *testing.T) {
 	wantStatuses(t, h.statuses(c), health.Deregistered)
 }
 
+// TestServerPIDsAreKeptAndForgotten: callers reuse one PID per server (a respawned actor is reached
+// through it), and a send to a server that does not exist leaves nothing behind (without forgetting,
+// every id ever tried would stay in the cache).
+func TestServerPIDsAreKeptAndForgotten(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	if p1, p2 := h.fleet.serverPID(id), h.fleet.serverPID(id); p1 != p2 {
+		t.Fatal("a new PID for each message")
+	}
+	h.fleet.system.Root.Stop(h.fleet.serverPID(id))
+	h.waitEvent("server_actor_respawn")
+	ctx := context.Background()
+	if _, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{}); err != nil {
+		t.Fatalf("heartbeat to the respawned actor through the kept PID: %v", err)
+	}
+	unknown := uuid.New()
+	if _, err := h.fleet.Heartbeat(ctx, h.tenant, unknown, carrier{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("heartbeat to an unknown server: %v", err)
+	}
+	if _, kept := h.fleet.sdeps.pids.m.Load(unknown); kept {
+		t.Fatal("the PID of a server that does not exist was kept")
+	}
+}
+
 // TestConfigureSeesRegistrationByMessage: the fleet knows a module is registered (ExistsError) or
 // still being registered (ErrUnavailable) from the server actor's messages alone.
 func TestConfigureSeesRegistrationByMessage(t *testing.T) {

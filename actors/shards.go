@@ -211,6 +211,7 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 			registered++
 		}
 		delete(f.entries, id)
+		f.deps.pids.forget(id)
 		f.tenants[e.tenantID]--
 		if f.byModule[e.key] == id {
 			delete(f.byModule, e.key)

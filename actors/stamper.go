@@ -43,10 +43,10 @@ type stampFlushed struct {
 	trace  carrier             // the stamper.flush span
 }
 
-func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel, fleet *atomic.Pointer[actor.PID]) *actor.Props {
+func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel, fleet *atomic.Pointer[actor.PID], d actor.Dispatcher) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}, tel: t, fleet: fleet}
-	}, actor.WithMailbox(unboundedMailbox()))
+	}, actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(d))
 }
 
 func (s *stamper) Receive(ctx actor.Context) {

@@ -113,6 +113,7 @@ type Fleet struct {
 	skills   *actor.PID
 	alerts   *actor.PID
 	timers   []func()
+	workers  *workers // the dispatcher of the server, fleet and stamper actors (dispatcher.go)
 	readyAt  time.Time
 	servers  int
 	// stall is the monitor's accumulated stall (shared with the server actors): a server restored into
@@ -263,6 +264,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		return res.(*actor.PID), nil
 	}
 	epochs := &epochCounter{}
+	f.workers = newWorkers(defaultWorkers())
 	if f.writer, err = spawn("writer", newWriterProps(store, log, writerConfig{
 		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
 		commitTimeout: cfg.WriteTimeout, tel: t,
@@ -270,7 +272,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		return err
 	}
 	fleetPID := &atomic.Pointer[actor.PID]{}
-	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t, fleetPID)); err != nil {
+	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t, fleetPID, f.workers)); err != nil {
 		return err
 	}
 	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout, t)); err != nil {
@@ -283,7 +285,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
-		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(),
+		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
 	}
 	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps
@@ -323,6 +325,9 @@ func (f *Fleet) abort() {
 		}
 	}
 	f.system.Shutdown()
+	if f.workers != nil {
+		f.workers.stop()
+	}
 }
 
 // load rebuilds the fleet from PostgreSQL, tenant by tenant (none when sharded: SetOwned loads the
@@ -460,7 +465,7 @@ func (f *Fleet) Deregister(ctx context.Context, tenantID, serverID uuid.UUID, tr
 func (f *Fleet) writeDeadline() time.Time { return time.Now().Add(f.cfg.WriteTimeout) }
 
 func (f *Fleet) serverPID(serverID uuid.UUID) *actor.PID {
-	return actor.NewPID(f.system.Address(), f.fleet.Id+"/"+serverID.String())
+	return f.sdeps.pids.get(f.system, f.fleet, serverID)
 }
 
 // askServer sends msg straight to the server's actor. A dead letter means no such actor: the fleet is
@@ -500,6 +505,7 @@ func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID) error
 	if !f.own.ownsServer(serverID) {
 		return fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
 	}
+	f.sdeps.pids.forget(serverID)
 	return ErrNotFound
 }
 
@@ -584,5 +590,6 @@ func (f *Fleet) stop(ctx context.Context) error {
 		f.log.Warn("alerts not flushed at shutdown; they stay in the outbox", "err", err)
 	}
 	f.system.Shutdown()
+	f.workers.stop()
 	return errors.Join(errs...)
 }
