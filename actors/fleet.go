@@ -333,6 +333,7 @@ func (f *fleetActor) spawn(ctx actor.Context, id uuid.UUID) {
 		return
 	}
 	f.entries[id].pid = pid
+	f.deps.pids.put(id, pid)
 }
 
 // tick does the fleet's part of a monitor tick before the fan-out: the self-health check (an automatic

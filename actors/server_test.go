@@ -373,7 +373,7 @@ func TestServerPIDsAreKeptAndForgotten(t *testing.T) {
 	if _, err := h.fleet.Heartbeat(ctx, h.tenant, unknown, carrier{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("heartbeat to an unknown server: %v", err)
 	}
-	if _, kept := h.fleet.sdeps.pids.m.Load(unknown); kept {
+	if h.fleet.sdeps.pids.has(unknown) {
 		t.Fatal("the PID of a server that does not exist was kept")
 	}
 }
