@@ -74,7 +74,7 @@ func TestWorkersNeverBlockTheScheduler(t *testing.T) {
 func TestReusedTimerHasNoStaleTick(t *testing.T) {
 	tm := startTimer(time.Nanosecond)
 	<-time.After(10 * time.Millisecond) // timers fire in order: tm has expired (unread) when this one has
-	timers.Put(tm) // given back as it is, expired and unread (stopTimer would stop it first)
+	timers.Put(tm)                      // given back as it is, expired and unread (stopTimer would stop it first)
 	again := startTimer(time.Hour)
 	defer stopTimer(again)
 	select {
