@@ -29,7 +29,7 @@ type pidShard struct {
 	m  map[uuid.UUID]*actor.PID
 }
 
-func (c *pidCache) shard(id uuid.UUID) *pidShard { return &c.shards[id[15]%pidShards] }
+func (c *pidCache) shard(id uuid.UUID) *pidShard { return &c.shards[id[0]%pidShards] }
 
 // get returns server id's kept PID, or a fresh one under the fleet actor fleet of system.
 func (c *pidCache) get(system *actor.ActorSystem, fleet *actor.PID, id uuid.UUID) *actor.PID {
