@@ -73,6 +73,7 @@ chaos-cluster:
 fuzz:
 	$(GO) test ./httpapi -run XXX -fuzz FuzzDecodeRegister -fuzztime 60s
 	$(GO) test ./httpapi -run XXX -fuzz FuzzDecodeServerID -fuzztime 30s
+	$(GO) test ./httpapi -run XXX -fuzz FuzzRawNUL -fuzztime 30s
 	$(GO) test ./mcpclient/toolschema -run XXX -fuzz FuzzNormalize -fuzztime 60s
 
 ## jaeger: build Jaeger v2 from the separate tools/ module (minutes the first time, cached afterwards)

@@ -151,3 +151,51 @@ func TestHeartbeatBodyFastPath(t *testing.T) {
 		t.Fatalf("reading a heartbeat body allocates %.0f times", allocs)
 	}
 }
+
+// hasNUL reports whether any string (or object key) in the decoded JSON value v contains a NUL
+// character: the meaning of rawHasNUL, which reads the text instead.
+func hasNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.ContainsRune(x, 0)
+	case []any:
+		for _, e := range x {
+			if hasNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FuzzRawNUL: for any valid JSON text, rawHasNUL finds a NUL exactly when the decoded value holds one
+// (in a key or a value, however escaped around it), and isJSONObject says object exactly when the
+// decoder reads one.
+func FuzzRawNUL(f *testing.F) {
+	for _, s := range []string{
+		`{"a":"\u0000"}`, `{"\u0000":1}`, `{"a":"\\u0000"}`, `{"a":"\\\u0000"}`, `{"a":"\\\\u0000"}`,
+		`["x\u00000"]`, `"\u0000"`, `{"a":"\u00001"}`, `{"a":"\u0001"}`, `{"a":"\ud800\u0000"}`, `{}`, `[]`, `null`,
+		` {"a":[{"b":"\"\u0000"}]}`, `1`, `"a"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return
+		}
+		if got, want := rawHasNUL(raw), hasNUL(v); got != want {
+			t.Fatalf("rawHasNUL(%q) = %v, the decoded value says %v", raw, got, want)
+		}
+		var obj map[string]any
+		if got, want := isJSONObject(raw), json.Unmarshal(raw, &obj) == nil; got != want {
+			t.Fatalf("isJSONObject(%q) = %v, the decoder says %v", raw, got, want)
+		}
+	})
+}

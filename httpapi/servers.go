@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -71,35 +72,31 @@ type registrationLimits struct {
 	maxTools, maxAdvertisementBytes int
 }
 
-// hasNUL reports whether any string (or object key) in the decoded JSON value v contains a NUL
-// character, which PostgreSQL text and jsonb cannot hold.
-func hasNUL(v any) bool {
-	switch x := v.(type) {
-	case string:
-		return strings.ContainsRune(x, 0)
-	case []any:
-		for _, e := range x {
-			if hasNUL(e) {
-				return true
-			}
+// rawHasNUL reports whether the JSON text raw, valid JSON, holds a NUL character in any string (a key
+// or a value) — what hasNUL finds in the decoded value, without decoding it (FuzzRawNUL). In valid JSON
+// a NUL can only be written as the escape \u0000: raw control characters are invalid in strings, and a
+// backslash appears nowhere but in strings, always starting an escape.
+func rawHasNUL(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
 		}
-	case map[string]any:
-		for k, e := range x {
-			if strings.ContainsRune(k, 0) || hasNUL(e) {
-				return true
-			}
+		if i+5 < len(raw) && raw[i+1] == 'u' && string(raw[i+2:i+6]) == "0000" {
+			return true
 		}
+		i++ // the escaped character: an escaped backslash starts no escape
 	}
 	return false
 }
 
-// isJSONObject reports whether raw is absent, null or a JSON object.
+// isJSONObject reports whether raw is absent, null or a JSON object (valid JSON whose value is an
+// object, without decoding it).
 func isJSONObject(raw json.RawMessage) bool {
 	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
-	var obj map[string]any
-	return json.Unmarshal(raw, &obj) == nil
+	v := bytes.TrimLeft(raw, " \t\r\n")
+	return len(v) > 0 && v[0] == '{' && json.Valid(raw)
 }
 
 // ServerIDBody is the body of heartbeat and deregister.
@@ -140,11 +137,10 @@ func (b *RegisterBody) validate(lim registrationLimits) (actors.RegisterRequest,
 			return req, p
 		}
 		var caps capabilityBody
-		var whole any
-		if err := json.Unmarshal(b.CapabilityAdvertisement, &caps); err != nil || json.Unmarshal(b.CapabilityAdvertisement, &whole) != nil {
+		if err := json.Unmarshal(b.CapabilityAdvertisement, &caps); err != nil {
 			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must be an object whose tools is an array of {name, description, inputSchema, annotations}")
 		}
-		if hasNUL(whole) {
+		if rawHasNUL(b.CapabilityAdvertisement) {
 			return req, badRequest("invalid_field", "capability_advertisement", "capability_advertisement must not contain a NUL character (\\u0000)")
 		}
 		if len(caps.Tools) > lim.maxTools {
