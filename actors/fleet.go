@@ -18,8 +18,10 @@ import (
 // deadline heap, deadlines.go), and respawns a server actor that was stopped
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
 //
-// It shares no state with the server actors: it reads no field of a serverRecord (it only hands the
-// record to the producer of each incarnation of its actor) and learns by message what it must know
+// It shares no state with the server actors: it reads no field of a serverRecord an actor has had (it
+// only hands the record to the producer of each incarnation of its actor; the one exception is a
+// dormant server's, which no actor ever had, leaving the servers gauge in forgetShards) and learns by
+// message what it must know
 // (serverRegistered, removeServer, permitMsg, armMsg).
 type fleetActor struct {
 	deps     *serverDeps
@@ -46,7 +48,7 @@ type fleetActor struct {
 
 // fleetEntry is the fleet's own view of one server: what it was created with, and whether a
 // registration of it has committed (told by serverRegistered). rec is the server actor's: the fleet
-// passes it to each incarnation and never reads it.
+// passes it to each incarnation and never reads it (while dormant, before any incarnation, it may).
 type fleetEntry struct {
 	tenantID   uuid.UUID
 	key        moduleKey

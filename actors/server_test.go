@@ -15,8 +15,14 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // These tests run the actor system over fakeStore: no database. They check what the shell owns —
@@ -376,6 +382,66 @@ func TestServerPIDsAreKeptAndForgotten(t *testing.T) {
 	if h.fleet.sdeps.pids.has(unknown) {
 		t.Fatal("the PID of a server that does not exist was kept")
 	}
+}
+
+// TestDroppedDormantServersLeaveTheGauge: servers loaded with a shard and handed off again before
+// anything woke them leave the servers gauge as running ones do (on handOff); without it the gauge of a
+// node that took and gave up a shard kept counting servers it no longer ran.
+func TestDroppedDormantServersLeaveTheGauge(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := telemetry.NewMetrics(mp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store, tenant := newFakeStore(), uuid.New()
+	f, err := Start(ctx, Config{HeartbeatInterval: testH, MonitorInterval: testH / 2, ManualMonitor: true, WriteTimeout: 2 * time.Second, Sharded: true},
+		store, Deps{Clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Log: slog.New(slog.DiscardHandler), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Stop(ctx) })
+	healthy := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, mt := range sm.Metrics {
+				if g, ok := mt.Data.(metricdata.Gauge[int64]); ok && mt.Name == "mcpfleet.servers" {
+					for _, dp := range g.DataPoints {
+						if v, _ := dp.Attributes.Value("status"); v.AsString() == string(health.Healthy) {
+							return dp.Value
+						}
+					}
+				}
+			}
+		}
+		return 0
+	}
+	all := shard.All()
+	own := func(shards []int) {
+		t.Helper()
+		if err := f.SetOwned(ctx, shards, nil, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own(all)
+	for _, mod := range []string{"a", "b"} {
+		if _, err := f.Register(ctx, RegisterRequest{TenantID: tenant, ModuleName: mod, Version: "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.For(t, "two healthy servers in the gauge", 10*time.Second, func() bool { return healthy() == 2 })
+	own(nil)
+	wait.For(t, "the handed-off actors out of the gauge", 10*time.Second, func() bool { return healthy() == 0 })
+	own(all) // loaded dormant
+	if got := healthy(); got != 2 {
+		t.Fatalf("gauge %d after the shards were taken again, want 2", got)
+	}
+	own(nil) // handed off before anything woke them
+	wait.For(t, "the dormant servers out of the gauge", 10*time.Second, func() bool { return healthy() == 0 })
 }
 
 // TestConfigureSeesRegistrationByMessage: the fleet knows a module is registered (ExistsError) or

@@ -227,6 +227,11 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		}
 		delete(f.entries, id)
 		f.deps.pids.forget(id)
+		if e.dormant && e.rec.row.Status != "" {
+			// No actor ever had the record: it is the fleet's alone, and so is leaving the servers gauge
+			// (a running actor leaves it on handOff).
+			f.deps.metrics.ServerStatus(e.rec.row.Status, "")
+		}
 		f.tenants[e.tenantID]--
 		if f.byModule[e.key] == id {
 			delete(f.byModule, e.key)
