@@ -13,7 +13,8 @@ import (
 )
 
 // fleetActor supervises one server actor per registered server, spawned by server_id (PID id
-// "fleet/<server_id>"; a server loaded from PostgreSQL gets its actor when first needed, see wake). It routes registrations (so two registrations of one module are serialised and
+// "fleet/<server_id>"; a server loaded from PostgreSQL gets its actor when first needed, see wake). It
+// routes registrations (so two registrations of one module are serialised and
 // can never create two servers), sends each monitor tick to the servers whose deadline has come (its
 // deadline heap, deadlines.go), and respawns a server actor that was stopped
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.

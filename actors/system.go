@@ -160,9 +160,10 @@ func (guardian) Receive(ctx actor.Context) {
 }
 
 // Start builds the actor system, rebuilds the fleet from PostgreSQL, repairs the skill cascade and
-// starts the timers. When it returns the fleet is ready: every persisted server is known to the fleet,
-// its deadline armed and running from now (its actor is spawned when first needed: fleetActor.wake) (restart grace: nobody is declared unhealthy until 3H after this moment
-// unless evidence says otherwise; a server persisted as unhealthy stays unhealthy until evidence).
+// starts the timers. When it returns the fleet is ready: every persisted server is known to the fleet
+// with its deadline armed, running from now (restart grace: nobody is declared unhealthy until 3H after
+// this moment unless evidence says otherwise; a server persisted as unhealthy stays unhealthy until
+// evidence); its actor is spawned when something first needs it (fleetActor.wake).
 // When it fails, every actor it spawned is stopped and the actor system shut down before it returns.
 func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, err error) {
 	cfg.defaults()
@@ -374,8 +375,8 @@ func newLoadedRecord(s persistence.Server) *serverRecord {
 }
 
 // sendLoad hands loaded records (their life restored) to the fleet actor, in chunks, each with its
-// deadline bound, and waits for it to take them. The records are nobody's yet: reading them here is the
-// last time anything but their server actor does.
+// deadline bound, and waits for it to take them. The records are nobody's yet: after this, only the
+// fleet (while the server is dormant) and then the server's actor read them.
 func (f *Fleet) sendLoad(all []*serverRecord) error {
 	for i := 0; i < len(all); i += 10000 {
 		chunk := all[i:min(i+10000, len(all))]
