@@ -14,8 +14,9 @@ import (
 // map); a kept PID carries a pointer to the actor's process, which protoactor checks and renews itself
 // when the process dies. It is a cache: a server not in it is sent to with a fresh PID (its actor may be
 // dormant), which costs the look-up, never a message. The fleet actor puts the PID of every actor it
-// spawns and forgets the servers it forgets (remove, forgetShards); a send that found no such server
-// forgets its id (noActor). An entry is ~60 bytes (the PID and its id string are the actor's own).
+// spawns and forgets the servers it forgets (remove, forgetShards), so an id nobody spawned — another
+// tenant's guess, a server gone — never enters it. An entry is ~60 bytes (the PID and its id string are
+// the actor's own).
 type pidCache struct {
 	shards [pidShards]pidShard
 }

@@ -432,33 +432,13 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 			if !errors.Is(r.err, actor.ErrDeadLetter) {
 				return r.res, r.err
 			}
-			if err := f.noActor(ctx, tenantID, serverID); !errors.Is(err, errWoken) || try > 0 {
+			if again, err := f.noActor(ctx, tenantID, serverID, try == 0); !again {
 				return HeartbeatResult{}, err
 			}
 		case <-t.C:
 			return HeartbeatResult{}, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
 		}
 	}
-}
-
-// timers are the heartbeats' answer timers, reused: a timer per heartbeat was ~190 bytes of garbage
-// each. Since Go 1.23 a stopped or reset timer delivers no stale tick, so a reused timer only ever
-// fires for its current wait.
-var timers sync.Pool
-
-// startTimer is a timer that fires after d; give it back with stopTimer.
-func startTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-// stopTimer stops t and keeps it for another startTimer.
-func stopTimer(t *time.Timer) {
-	t.Stop()
-	timers.Put(t)
 }
 
 // deadHeartbeats answers a heartbeat sent with a reply channel to an actor that does not exist (it is
@@ -500,34 +480,31 @@ func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg
 		if !errors.Is(err, actor.ErrDeadLetter) {
 			return res, err
 		}
-		if err := f.noActor(ctx, tenantID, serverID); !errors.Is(err, errWoken) || try > 0 {
+		if again, err := f.noActor(ctx, tenantID, serverID, try == 0); !again {
 			return nil, err
 		}
 	}
 }
 
-// errWoken is noActor's answer when the server's actor was dormant and the fleet has just spawned it:
-// the caller sends its message again, once (the actor exists now: a second dead letter is a restart).
-var errWoken = errors.New("server actor spawned: send again")
-
-// noActor is the error for a message to serverID's actor that found none: the fleet is asked whether
-// it knows the server — dormant (it spawns the actor: errWoken), being respawned (ErrUnavailable) —
-// or not (ErrNotFound, or ErrUnavailable when the server's shard has just moved to another process).
-func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID) error {
+// noActor handles a message to serverID's actor that found none: the fleet is asked whether it knows
+// the server. Dormant, the fleet spawns its actor and again is true: the caller sends its message once
+// more, on its first try only (first) — a dead letter after that is a restart. Being respawned, the
+// error is ErrUnavailable; unknown, ErrNotFound (or ErrUnavailable when the server's shard has just
+// moved to another process).
+func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID, first bool) (again bool, err error) {
 	lres, lerr := f.ask(ctx, f.fleet, &lookupMsg{tenantID: tenantID, serverID: serverID})
 	if lerr != nil {
-		return lerr
+		return false, lerr
 	}
-	if r := lres.(*lookupReply); r.woke {
-		return errWoken
+	if r := lres.(*lookupReply); r.woke && first {
+		return true, nil
 	} else if r.known {
-		return fmt.Errorf("%w: server actor restarting", ErrUnavailable)
+		return false, fmt.Errorf("%w: server actor restarting", ErrUnavailable)
 	}
 	if !f.own.ownsServer(serverID) {
-		return fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
+		return false, fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
 	}
-	f.sdeps.pids.forget(serverID)
-	return ErrNotFound
+	return false, ErrNotFound
 }
 
 func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
