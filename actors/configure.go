@@ -118,7 +118,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 		ctx.Send(sender, &configureReply{err: &ExistsError{ServerID: a.rec.id}})
 		return
 	}
-	now := a.deps.clock.Now()
+	now, stall := a.deps.clock.Now(), a.deps.stall.Total() // the evidence, and the stall at it
 	_, span := a.deps.tracer.Start(msg.req.Trace.Context(), "server.configure", trace.WithAttributes(a.attrs()...))
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 	cmd := &persistence.ConfigureCmd{
@@ -139,7 +139,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 			return
 		}
 		a.deps.metrics.ServerStatus("", cmd.Server.Status) // a configured server joins the servers gauge
-		a.adopt(ctx, cmd.Server, now, carrier)
+		a.adopt(ctx, cmd.Server, now, stall, carrier)
 		ctx.Send(sender, &configureReply{server: cmd.Server})
 	})
 }

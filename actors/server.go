@@ -282,7 +282,7 @@ func (a *serverActor) retire(ctx actor.Context, msg *removeServer) {
 
 func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *actor.PID) {
 	{
-		now := a.deps.clock.Now()
+		now, stall := a.deps.clock.Now(), a.deps.stall.Total() // the evidence, and the stall at it
 		_, span := a.deps.tracer.Start(msg.req.Trace.Context(), "server.register", trace.WithAttributes(a.attrs()...))
 		traceID := telemetry.Carrier{SpanContext: span.SpanContext()}.TraceID()
 		cmd := &persistence.RegisterCmd{
@@ -318,7 +318,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 				from = ""
 			}
 			a.deps.metrics.ServerStatus(from, cmd.Server.Status)
-			a.adopt(ctx, cmd.Server, now, carrier)
+			a.adopt(ctx, cmd.Server, now, stall, carrier)
 			ctx.Send(sender, &registerReply{res: RegisterResult{Server: cmd.Server, Created: cmd.Created}})
 		})
 	}
@@ -524,12 +524,13 @@ func (a *serverActor) heldEvidence(ctx actor.Context) {
 }
 
 // adopt takes a committed registration or configuration as the server's state: registered, its row, fresh
-// evidence, no pending transition, and the operation's trace as the one transitions link back to. The
+// evidence (taken at now, when the operation arrived, with the monitor's stall at that moment — not at
+// the commit: a stall while the write was in flight must extend the deadline), no pending transition, and the operation's trace as the one transitions link back to. The
 // first one tells the fleet, which keeps its own view of who is registered.
-func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.Time, carrier telemetry.Carrier) {
+func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.Time, stall time.Duration, carrier telemetry.Carrier) {
 	first := !a.rec.life.Registered()
 	a.rec.row = slim(row)
-	a.rec.life.Adopt(row.Status, now, a.deps.stall.Total())
+	a.rec.life.Adopt(row.Status, now, stall)
 	a.rec.registrationTrace = linkOf(carrier)
 	a.rec.lastHeartbeatTrace = a.rec.registrationTrace
 	a.arm(ctx)

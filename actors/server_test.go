@@ -547,6 +547,51 @@ func TestTickStallExtendsDeadlines(t *testing.T) {
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
 
+// TestRegistrationInFlightAcrossAStall: a registration whose write is in flight while the monitor
+// stalls (the process stopped, say) takes the stall at its arrival, so the stall extends its deadline as
+// it does any evidence's. Before, the evidence kept the arrival time but the stall was read at the
+// commit, after the stall was credited: the first tick found the server silent for the whole stall and
+// declared it unhealthy right after its registration was answered (the chaos suite's SIGSTOP phase).
+func TestRegistrationInFlightAcrossAStall(t *testing.T) {
+	h := newHarness(t, nil)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.store.setHook(func(c persistence.Command) error {
+		if _, ok := c.(*persistence.RegisterCmd); ok {
+			once.Do(func() { close(started); <-release })
+		}
+		return nil
+	})
+	type answer struct {
+		id  uuid.UUID
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := h.fleet.Register(context.Background(), RegisterRequest{TenantID: h.tenant, ModuleName: "a", Version: "1"})
+		done <- answer{res.Server.ServerID, err}
+	}()
+	<-started
+	tick := func() {
+		if err := h.fleet.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	h.clock.Advance(testH/2 + 3*testH) // one period, and a 3H stall while the registration is in flight
+	tick()
+	h.waitEvent("monitor_stall")
+	close(release)
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	h.monitor()
+	if got := h.statuses(a.id); len(got) != 0 {
+		t.Fatalf("transitions %v right after a registration that was in flight across a stall", got)
+	}
+}
+
 // TestTakenShardDiscountsOnlyLaterStalls: a cluster node whose monitor stalled (paused, cut off) and
 // that later takes a shard restores its servers with grace from the takeover; the stall from before
 // the takeover does not extend their deadline, so a silent one is unhealthy 3H after it.
