@@ -136,10 +136,6 @@ type epochCounter struct{ atomic.Uint64 }
 
 func (e *epochCounter) next() uint64 { return e.Add(1) }
 
-// unboundedMailbox is the mailbox of every actor here: unbounded (a full bounded mailbox blocks the
-// sender) and lock-free, which is also the smallest per idle actor (protoactor.md).
-func unboundedMailbox() actor.MailboxProducer { return actor.UnboundedLockfree() }
-
 // guardian spawns the top-level actors with an explicit strategy: restart on panic, always.
 type guardian struct{}
 
