@@ -184,7 +184,7 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 				m := &r.mods[i]
 				m.id = resp.ServerID
 				m.body, _ = json.Marshal(serverIDBody{resp.ServerID}) // cannot fail for a struct of a string
-				m.lastOK.Store(sent)
+				m.ok.add(okMark{sent: sent, answered: r.now()})
 				m.state.Store(stateRegistered)
 				registered.Add(1)
 				select {
@@ -272,39 +272,52 @@ type sweepResult struct {
 	late                int // ours, non-healthy, but not heartbeated on time
 }
 
-// sweep lists the degraded and unhealthy servers. Each of this run's
-// modules among them whose last 2xx heartbeat was sent less than 2H before
-// the answer arrived is recorded in r.sweepFalse: the service had no
-// reason to find it late.
+// sweep lists the degraded and unhealthy servers, page by page. Each of
+// this run's modules on a page that the page proves wrong (evidence.
+// wronglyLate: a 2xx request answered before the page was asked for, sent
+// less than 2H before its answer) is recorded in r.sweepFalse.
 func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
 	var res sweepResult
 	maxPages := r.cfg.N/1000 + 10
+	late := int64(2 * r.cfg.Interval)
 	for _, st := range []fleetclient.Status{fleetclient.StatusDegraded, fleetclient.StatusUnhealthy} {
-		for srv, err := range r.readFC.AllServers(ctx, fleetclient.ListOptions{Status: st, Limit: 1000, MaxPages: maxPages}) {
+		opts := fleetclient.ListOptions{Status: st, Limit: 1000}
+		seen := map[string]bool{}
+		for range maxPages {
+			asked := r.now()
+			page, err := r.readFC.ListServers(ctx, opts)
 			if err != nil {
 				return res, fmt.Errorf("sweep %s servers: %w", st, err)
 			}
-			i, ours := r.byID[srv.ServerID]
-			if !ours {
-				res.foreign++
-				continue
+			answered := r.now()
+			for _, srv := range page.Servers {
+				i, ours := r.byID[srv.ServerID]
+				if !ours {
+					res.foreign++
+					continue
+				}
+				m := &r.mods[i]
+				if m.state.Load() != stateRegistered {
+					continue
+				}
+				if srv.Status == fleetclient.StatusUnhealthy {
+					res.unhealthy++
+				} else {
+					res.degraded++
+				}
+				if m.ok.wronglyLate(asked, answered, late) {
+					r.sweepMu.Lock()
+					r.sweepFalse[srv.ServerID] = srv.Status
+					r.sweepMu.Unlock()
+				} else {
+					res.late++
+				}
 			}
-			m := &r.mods[i]
-			if m.state.Load() != stateRegistered {
-				continue
+			if page.NextCursor == "" || seen[page.NextCursor] {
+				break
 			}
-			if srv.Status == fleetclient.StatusUnhealthy {
-				res.unhealthy++
-			} else {
-				res.degraded++
-			}
-			if r.now()-m.lastOK.Load() < int64(2*r.cfg.Interval) {
-				r.sweepMu.Lock()
-				r.sweepFalse[srv.ServerID] = srv.Status
-				r.sweepMu.Unlock()
-			} else {
-				res.late++
-			}
+			seen[page.NextCursor] = true
+			opts.Cursor = page.NextCursor
 		}
 	}
 	return res, nil

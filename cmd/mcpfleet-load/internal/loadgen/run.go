@@ -36,9 +36,9 @@ type module struct {
 	id    string
 	body  []byte       // pre-encoded heartbeat body
 	state atomic.Int32 // stateNew, stateRegistered, stateDeregistered
-	// lastOK is when (run-relative ns) the last request that the service
-	// answered 2xx for this module was sent: registration or heartbeat.
-	lastOK atomic.Int64
+	// ok holds the latest requests the service answered 2xx for this
+	// module (registration or heartbeat), sent and answered.
+	ok evidence
 }
 
 // phase collects the figures of one phase. Safe for concurrent use.
@@ -634,7 +634,7 @@ func (r *runner) beatOnce(ctx context.Context, ph *phase, b *beater, m *module, 
 	if m == nil {
 		return
 	}
-	prev := m.lastOK.Swap(sent)
+	prev := m.ok.add(okMark{sent: sent, answered: r.now()})
 	if !bytes.Equal(st, healthy) {
 		if prev > 0 && sent-prev < int64(2*r.cfg.Interval) {
 			ph.nonHealthyOnTime.Add(1)
