@@ -166,6 +166,10 @@ type writeRequest struct {
 	cmds     []persistence.Command
 	deadline time.Time
 	trace    telemetry.Carrier
+	// admission marks new work (a registration): the writer refuses it once its queue is half full, so
+	// that under overload the other half is kept for evidence (a heartbeat's recovery, a deregistration)
+	// and the health rules' own transitions.
+	admission bool
 }
 
 type writeResult struct {

@@ -186,6 +186,14 @@ func (a *serverActor) idle(ctx actor.Context) {
 	}
 }
 
+// isAdmission reports whether cmd, persisted by a server whose state is life, is new work that the writer
+// sheds first under back-pressure (writeRequest.admission): a server's first registration. A registered
+// server's re-registration is evidence of a live module, like a heartbeat.
+func isAdmission(cmd persistence.Command, life *lifecycle.Server) bool {
+	_, reg := cmd.(*persistence.RegisterCmd)
+	return reg && !life.Registered()
+}
+
 // persist sends one command to the writer and, after COMMIT (or failure), calls done in the actor.
 // If cascade is not nil, a committed command is followed by the skill cascade before done is called.
 //
@@ -205,7 +213,8 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 		return
 	}
 	a.busy = true
-	fut := ctx.RequestFuture(a.deps.writer, &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc}, time.Until(deadline)+2*time.Second)
+	req := &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc, admission: isAdmission(cmd, &a.rec.life)}
+	fut := ctx.RequestFuture(a.deps.writer, req, time.Until(deadline)+2*time.Second)
 	ctx.ReenterAfter(fut, func(res any, err error) {
 		if err == nil {
 			if wr, ok := res.(*writeResult); ok {

@@ -16,7 +16,8 @@ import (
 // flight, requests queue; when it finishes, everything queued (up to maxBatch commands) goes into the
 // next transaction. Each request is answered with *writeResult only after its COMMIT, or with its
 // errors. Transient failures are retried until the request's deadline. The queue is bounded: past
-// maxPending requests a new one is refused at once (back-pressure), never dropped silently.
+// maxPending requests a new one is refused at once (back-pressure), never dropped silently; a request of
+// new work (writeRequest.admission) is refused already past half of it (admissionLimit).
 //
 // A restarted or stopped writer answers every request it still holds with ErrUnavailable, so no caller
 // waits on work that will not happen; a commit already in flight finishes and answers for itself.
@@ -72,6 +73,13 @@ type writerConfig struct {
 	commitTimeout time.Duration
 }
 
+// admissionLimit is the queue length from which new work is refused: half of maxPending. A fleet-wide
+// recovery wave (a database or network outage ending) and a fleet re-registering at once arrive
+// together; without it they fill the queue together, and the recoveries refused turn servers whose
+// modules are alive unhealthy. With it, registrations are told to retry (503 with Retry-After) while the
+// queue still has room for every server's evidence.
+func (c writerConfig) admissionLimit() int { return max(1, c.maxPending/2) }
+
 type queuedWrite struct {
 	req    *writeRequest
 	sender *actor.PID
@@ -89,6 +97,10 @@ func (w *writer) Receive(ctx actor.Context) {
 	handleChaos(ctx)
 	switch msg := ctx.Message().(type) {
 	case *writeRequest:
+		if msg.admission && len(w.pending) >= w.cfg.admissionLimit() {
+			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), fmt.Errorf("%w: write queue half full: new registrations wait", ErrUnavailable))})
+			return
+		}
 		if len(w.pending) >= w.cfg.maxPending {
 			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), fmt.Errorf("%w: write queue full", ErrUnavailable))})
 			return

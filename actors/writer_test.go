@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
@@ -84,5 +87,72 @@ func TestNearlyExpiredRequestDoesNotDoomItsGroup(t *testing.T) {
 	defer store.mu.Unlock()
 	if len(store.committed) != 2 || store.calls != 2 {
 		t.Errorf("%d commands committed in %d transactions, want the first and the fresh one in two", len(store.committed), store.calls)
+	}
+}
+
+// TestWriterShedsNewWorkFirst: behind a commit in flight, a server's first registration is refused once
+// the queue is half full, while evidence and transitions are still queued until the queue is full — so a
+// recovery wave arriving with a fleet's registrations is not refused with them.
+func TestWriterShedsNewWorkFirst(t *testing.T) {
+	store := &slowCommitter{d: time.Hour, started: make(chan struct{}, 10)}
+	system := actor.NewActorSystem()
+	w, err := system.Root.SpawnNamed(newWriterProps(store, slog.New(slog.DiscardHandler), writerConfig{
+		maxBatch: 256, maxPending: 4, retryBackoff: 10 * time.Millisecond, commitTimeout: time.Hour, tel: newTel(nil, nil),
+	}, &epochCounter{}), "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(admission bool) *actor.Future {
+		cmd := &persistence.TransitionCmd{EventID: uuid.New(), TenantID: uuid.New(), ServerID: uuid.New()}
+		return system.Root.RequestFuture(w, &writeRequest{cmds: []persistence.Command{cmd}, deadline: time.Now().Add(time.Hour), admission: admission}, 10*time.Second)
+	}
+	refused := func(f *actor.Future) string {
+		res, err := f.Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.(*writeResult).err(); err != nil {
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("refused with %v, want ErrUnavailable", err)
+			}
+			return err.Error()
+		}
+		return ""
+	}
+	write(false) // in flight for the rest of the test
+	<-store.started
+	queued := []*actor.Future{write(false), write(false)} // the queue is half full
+	if why := refused(write(true)); !strings.Contains(why, "half full") {
+		t.Fatalf("a first registration behind a half-full queue: %q, want refused as new work", why)
+	}
+	queued = append(queued, write(false), write(false)) // evidence still fits, up to maxPending
+	if why := refused(write(false)); !strings.Contains(why, "write queue full") {
+		t.Fatalf("evidence behind a full queue: %q, want refused", why)
+	}
+	// Stopping answers what the writer holds: each of the four was queued, not refused at arrival.
+	system.Root.Stop(w)
+	for i, f := range queued {
+		if why := refused(f); !strings.Contains(why, "writer stopping") {
+			t.Errorf("queued request %d: %q, want answered by the stopping writer", i, why)
+		}
+	}
+}
+
+func TestOnlyFirstRegistrationsAreAdmissions(t *testing.T) {
+	fresh, registered := lifecycle.Server{}, lifecycle.Restore(health.Degraded, time.Now(), 0)
+	for _, tc := range []struct {
+		name string
+		cmd  persistence.Command
+		life *lifecycle.Server
+		want bool
+	}{
+		{"first registration", &persistence.RegisterCmd{}, &fresh, true},
+		{"re-registration", &persistence.RegisterCmd{}, &registered, false},
+		{"transition", &persistence.TransitionCmd{}, &registered, false},
+		{"configuration", &persistence.ConfigureCmd{}, &fresh, false},
+	} {
+		if got := isAdmission(tc.cmd, tc.life); got != tc.want {
+			t.Errorf("%s: isAdmission = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
