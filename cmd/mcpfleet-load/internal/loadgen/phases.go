@@ -269,7 +269,7 @@ func (r *runner) deregister(ctx context.Context) DeregistrationSummary {
 type sweepResult struct {
 	degraded, unhealthy int // our registered modules in each status
 	foreign             int // non-healthy servers that are not this run's
-	late                int // ours, non-healthy, but not heartbeated on time
+	late                int // ours, non-healthy, and the page does not prove the service wrong
 }
 
 // sweep lists the degraded and unhealthy servers, page by page. Each of
