@@ -281,8 +281,11 @@ func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
 	maxPages := r.cfg.N/1000 + 10
 	late := int64(2 * r.cfg.Interval)
 	for _, st := range []fleetclient.Status{fleetclient.StatusDegraded, fleetclient.StatusUnhealthy} {
-		asked := r.now() // ServerPages asks for the next page when the loop's body returns
-		for page, err := range r.readFC.ServerPages(ctx, fleetclient.ListOptions{Status: st, Limit: 1000, MaxPages: maxPages}) {
+		opts := fleetclient.ListOptions{Status: st, Limit: 1000}
+		seen := map[string]bool{}
+		for range maxPages {
+			asked := r.now()
+			page, err := r.readFC.ListServers(ctx, opts)
 			if err != nil {
 				return res, fmt.Errorf("sweep %s servers: %w", st, err)
 			}
@@ -310,7 +313,11 @@ func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
 					res.late++
 				}
 			}
-			asked = r.now()
+			if page.NextCursor == "" || seen[page.NextCursor] {
+				break
+			}
+			seen[page.NextCursor] = true
+			opts.Cursor = page.NextCursor
 		}
 	}
 	return res, nil
