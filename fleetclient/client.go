@@ -164,12 +164,13 @@ func (c *Client) ListServers(ctx context.Context, opts ListOptions) (*ServerPage
 	return &out, nil
 }
 
-// AllServers iterates over every server matching opts, page by page,
-// starting at opts.Cursor. It stops after the last page, after
-// opts.MaxPages pages (default 10,000), if the service repeats a cursor, or
-// at the first error, which it yields once with a zero Server.
-func (c *Client) AllServers(ctx context.Context, opts ListOptions) iter.Seq2[Server, error] {
-	return func(yield func(Server, error) bool) {
+// ServerPages iterates over the pages of servers matching opts, starting at
+// opts.Cursor; each page is requested when the previous one's yield
+// returns. It stops after the last page, after opts.MaxPages pages (default
+// 10,000), if the service repeats a cursor, or at the first error, which it
+// yields once with a nil page.
+func (c *Client) ServerPages(ctx context.Context, opts ListOptions) iter.Seq2[*ServerPage, error] {
+	return func(yield func(*ServerPage, error) bool) {
 		maxPages := opts.MaxPages
 		if maxPages <= 0 {
 			maxPages = 10_000
@@ -177,6 +178,27 @@ func (c *Client) AllServers(ctx context.Context, opts ListOptions) iter.Seq2[Ser
 		seen := map[string]bool{}
 		for range maxPages {
 			page, err := c.ListServers(ctx, opts)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(page, nil) {
+				return
+			}
+			if page.NextCursor == "" || seen[page.NextCursor] {
+				return
+			}
+			seen[page.NextCursor] = true
+			opts.Cursor = page.NextCursor
+		}
+	}
+}
+
+// AllServers iterates over every server matching opts, page by page
+// (ServerPages), yielding a page's error once with a zero Server.
+func (c *Client) AllServers(ctx context.Context, opts ListOptions) iter.Seq2[Server, error] {
+	return func(yield func(Server, error) bool) {
+		for page, err := range c.ServerPages(ctx, opts) {
 			if err != nil {
 				yield(Server{}, err)
 				return
@@ -186,11 +208,6 @@ func (c *Client) AllServers(ctx context.Context, opts ListOptions) iter.Seq2[Ser
 					return
 				}
 			}
-			if page.NextCursor == "" || seen[page.NextCursor] {
-				return
-			}
-			seen[page.NextCursor] = true
-			opts.Cursor = page.NextCursor
 		}
 	}
 }

@@ -91,6 +91,18 @@ func TestFleetclientAgreesWithOpenAPI(t *testing.T) {
 	if n != 2 {
 		t.Errorf("AllServers listed %d servers, want 2", n)
 	}
+	// A full page carries a cursor, so two servers at one a page are two pages and, perhaps, a last empty one.
+	pages, paged := 0, 0
+	for page, err := range mod.ServerPages(ctx, fleetclient.ListOptions{Limit: 1, Status: fleetclient.StatusHealthy}) {
+		call("ServerPages", err)
+		if page != nil {
+			paged += len(page.Servers)
+		}
+		pages++
+	}
+	if paged != 2 || pages < 2 {
+		t.Errorf("ServerPages gave %d servers in %d pages, want 2 in at least 2", paged, pages)
+	}
 	_, err = mod.GetServer(ctx, reg.ServerID)
 	call("GetServer", err)
 	skills, err := mod.Skills(ctx, reg.ServerID)

@@ -281,11 +281,8 @@ func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
 	maxPages := r.cfg.N/1000 + 10
 	late := int64(2 * r.cfg.Interval)
 	for _, st := range []fleetclient.Status{fleetclient.StatusDegraded, fleetclient.StatusUnhealthy} {
-		opts := fleetclient.ListOptions{Status: st, Limit: 1000}
-		seen := map[string]bool{}
-		for range maxPages {
-			asked := r.now()
-			page, err := r.readFC.ListServers(ctx, opts)
+		asked := r.now() // ServerPages asks for the next page when the loop's body returns
+		for page, err := range r.readFC.ServerPages(ctx, fleetclient.ListOptions{Status: st, Limit: 1000, MaxPages: maxPages}) {
 			if err != nil {
 				return res, fmt.Errorf("sweep %s servers: %w", st, err)
 			}
@@ -313,11 +310,7 @@ func (r *runner) sweep(ctx context.Context) (sweepResult, error) {
 					res.late++
 				}
 			}
-			if page.NextCursor == "" || seen[page.NextCursor] {
-				break
-			}
-			seen[page.NextCursor] = true
-			opts.Cursor = page.NextCursor
+			asked = r.now()
 		}
 	}
 	return res, nil
