@@ -111,6 +111,9 @@ func TestRunEndToEnd(t *testing.T) {
 	if !s.CPU.ServiceMeasured || s.CPU.ClientPercent <= 0 || s.LoadAverage[1] == "" {
 		t.Errorf("CPU = %+v, load average %v", s.CPU, s.LoadAverage)
 	}
+	if c := s.RegistrationCPU; !c.ServiceMeasured || !c.MachineMeasured || c.Seconds <= 0 || c.MachineBusyPercent <= 0 || c.MachineBusyPercent > 100 {
+		t.Errorf("registration CPU = %+v", c)
+	}
 	if !s.RSS.Measured || s.RSS.BeforeKiB == 0 || s.RSS.AfterKiB == 0 {
 		t.Errorf("RSS = %+v", s.RSS)
 	}
@@ -141,6 +144,7 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("report: %v", err)
 	}
 	for _, want := range []string{"| fleet size at H = 10 s |", "**NOT met**", "| steady | heartbeat rate achieved |", "| ceiling | no-op gin server rate |",
+		"| registration | machine CPU busy meanwhile (every process) |", "| registration | service CPU per registration, net of the heartbeats meanwhile |",
 		"![heartbeat latency over time](report-latency.svg)", "![heartbeat latency histogram per phase](report-histogram.svg)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -62,6 +62,9 @@ type Summary struct {
 	// CPU is the CPU the load generator and the service used during the
 	// steady phase.
 	CPU CPUSummary `json:"steady_cpu"`
+	// RegistrationCPU is the CPU used from the start of registration until the heartbeat backlog it
+	// left had cleared (the window of Warmup's heartbeats).
+	RegistrationCPU CPUSummary `json:"registration_cpu"`
 	// LoadAverage is the machine's 1-minute load average at the start and
 	// the end of the run (other work on the machine skews every figure).
 	LoadAverage [2]string `json:"load_average_1m"`
@@ -176,8 +179,10 @@ type RSSSummary struct {
 	Error        string  `json:"error,omitempty"`
 }
 
-// CPUSummary is CPU use during the steady phase: percentages are of one core.
+// CPUSummary is CPU use during a window of the run (the steady phase, registration): percentages
+// are of one core, but for MachineBusyPercent.
 type CPUSummary struct {
+	Seconds           float64 `json:"seconds"` // the window's length
 	ClientPercent     float64 `json:"load_generator_percent"`
 	ServicePercent    float64 `json:"service_percent"`
 	ServiceMeasured   bool    `json:"service_measured"`
@@ -190,6 +195,10 @@ type CPUSummary struct {
 	DatabaseBackends   int     `json:"database_backends"`
 	DatabaseExited     int     `json:"database_backends_exited"`
 	DatabaseError      string  `json:"database_error,omitempty"`
+	// MachineBusyPercent is the share of the whole machine's CPU (every CPU: 100 is all busy) that was
+	// busy in the window, from /proc/stat: the service, PostgreSQL, the load generator and anything else.
+	MachineBusyPercent float64 `json:"machine_busy_percent"`
+	MachineMeasured    bool    `json:"machine_measured"`
 }
 
 // CeilingCPU is the CPU the no-op server of the ceiling phase spent after its warm-up.
@@ -221,6 +230,29 @@ func (s *Summary) PerHeartbeat() (service, database, total float64, serviceOK, d
 		database = 1000 * s.CPU.DatabaseCPUSeconds / n
 	}
 	return service, database, service + database, serviceOK, databaseOK
+}
+
+// PerRegistration returns the CPU per module registered, in ms, of the service and of its PostgreSQL
+// backends, net of the heartbeats answered in the same window (Warmup's, each counted at the steady
+// phase's cost per heartbeat and taken off; never below 0). ok reports which were measured, in both
+// windows.
+func (s *Summary) PerRegistration() (service, database float64, serviceOK, databaseOK bool) {
+	n := float64(s.Registration.Registered)
+	sv, db, _, svOK, dbOK := s.PerHeartbeat()
+	if n == 0 {
+		return 0, 0, false, false
+	}
+	hb := float64(s.Warmup.OK)
+	net := func(seconds, perHeartbeat float64) float64 { return max(0, (1000*seconds-hb*perHeartbeat)/n) }
+	serviceOK = svOK && s.RegistrationCPU.ServiceMeasured
+	if serviceOK {
+		service = net(s.RegistrationCPU.ServiceCPUSeconds, sv)
+	}
+	databaseOK = dbOK && s.RegistrationCPU.DatabaseMeasured
+	if databaseOK {
+		database = net(s.RegistrationCPU.DatabaseCPUSeconds, db)
+	}
+	return service, database, serviceOK, databaseOK
 }
 
 // DeregistrationSummary describes the final deregistration.
@@ -558,6 +590,25 @@ func registrationFigures(f figures, s *Summary) {
 	f.row("registration", "errors", nf(r.Errors.Total), "requests")
 	f.row("registration", "heartbeats sent meanwhile", nf(s.Warmup.OK), "heartbeats")
 	f.row("registration", "heartbeat errors meanwhile", nf(s.Warmup.Errors.Total), "requests")
+	c := s.RegistrationCPU
+	if c.ServiceMeasured {
+		db := "—"
+		if c.DatabaseMeasured {
+			db = f1(100 * c.DatabaseCPUSeconds / c.Seconds)
+		}
+		f.row("registration", "CPU meanwhile (until the backlog cleared): load generator / service / PostgreSQL backends",
+			f1(c.ClientPercent)+" / "+f1(c.ServicePercent)+" / "+db, "% of one core")
+	}
+	if c.MachineMeasured {
+		f.row("registration", "machine CPU busy meanwhile (every process)", f1(c.MachineBusyPercent), fmt.Sprintf("%% of all %d CPUs", s.Config.NumCPU))
+	}
+	sv, db, svOK, dbOK := s.PerRegistration()
+	if svOK {
+		f.row("registration", "service CPU per registration, net of the heartbeats meanwhile", f3(sv), "ms")
+	}
+	if dbOK {
+		f.row("registration", "PostgreSQL CPU per registration, net of the heartbeats meanwhile", f3(db), "ms")
+	}
 }
 
 func steadyFigures(f figures, s *Summary) {

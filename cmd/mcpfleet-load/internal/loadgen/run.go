@@ -186,6 +186,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	addCh := make(chan int32, 8192)
 	wheelDone := r.startWheel(wheelCtx, addCh)
 
+	regCPU := r.startCPU(ctx)
 	reg := r.register(ctx, addCh)
 	s.Registration = reg.summary
 	r.logf("registration: %d of %d modules in %s (%.0f/s), %d errors",
@@ -205,6 +206,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	if !settled {
 		r.note("the heartbeat backlog left by registration had not cleared after %s; the steady phase starts anyway", settle.Round(time.Millisecond))
 	}
+	// The registration window's CPU: registration, the heartbeats of the modules already registered and
+	// the backlog's settling, which are the warm phase's (s.Warmup) heartbeats.
+	s.RegistrationCPU = r.stopCPU(ctx, regCPU, warm.elapsed(), "registration")
 
 	// (b) Steady phase, with sweeps every H/2 for non-healthy servers.
 	steady := newPhase("steady")
@@ -346,17 +350,7 @@ func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, regis
 	r.logf("steady: %d modules heartbeating every %s ±%s for %s (%.0f heartbeats/s expected)",
 		registered, r.cfg.Interval, r.cfg.Jitter, r.cfg.Duration, float64(registered)/r.cfg.Interval.Seconds())
 	r.setProgress(func() string { return r.phaseProgress(steady, r.cfg.Duration) })
-	cpu0, _ := ReadCPUTime(os.Getpid())
-	var svc0 time.Duration
-	var svcErr error
-	if r.cfg.ServicePID > 0 {
-		svc0, svcErr = ReadCPUTime(r.cfg.ServicePID)
-	}
-	var db0 BackendCPU
-	var dbErr error
-	if r.pg != nil {
-		db0, dbErr = readBackendCPU(ctx, r.pg, r.cfg.ServiceDatabase)
-	}
+	mark := r.startCPU(ctx)
 	sctx, sdone := context.WithTimeout(ctx, r.cfg.Duration)
 	swept := r.sweepLoop(sctx)
 	profiled := r.profileService(ctx, r.cfg.Duration)
@@ -365,34 +359,7 @@ func (r *runner) runSteady(ctx context.Context, s *Summary, steady *phase, regis
 	<-swept
 	<-profiled
 	r.setProgress(nil)
-	el := steady.elapsed()
-	if cpu1, err := ReadCPUTime(os.Getpid()); err == nil {
-		s.CPU.ClientPercent = 100 * float64(cpu1-cpu0) / float64(el)
-	}
-	if r.cfg.ServicePID > 0 && svcErr == nil {
-		if svc1, err := ReadCPUTime(r.cfg.ServicePID); err == nil {
-			s.CPU.ServicePercent = 100 * float64(svc1-svc0) / float64(el)
-			s.CPU.ServiceCPUSeconds = (svc1 - svc0).Seconds()
-			s.CPU.ServiceMeasured = true
-		}
-	}
-	if r.pg != nil {
-		var db1 BackendCPU
-		if dbErr == nil {
-			db1, dbErr = readBackendCPU(ctx, r.pg, r.cfg.ServiceDatabase)
-		}
-		if dbErr != nil {
-			s.CPU.DatabaseError = dbErr.Error()
-			r.note("PostgreSQL CPU not measured: %v", dbErr)
-			return
-		}
-		d := db1.Delta(db0)
-		s.CPU.DatabaseMeasured, s.CPU.DatabaseCPUSeconds = true, d.CPU.Seconds()
-		s.CPU.DatabaseBackends, s.CPU.DatabaseExited = d.Backends, d.Exited
-		if d.Exited > 0 {
-			r.note("%d PostgreSQL backends of %s exited during the steady phase: their CPU after its start is not counted", d.Exited, r.cfg.ServiceDatabase)
-		}
-	}
+	s.CPU = r.stopCPU(ctx, mark, steady.elapsed(), "steady phase")
 }
 
 // finalSweep lists the fleet once more into s.Sweep, with what the sweeps of the steady phase found.
