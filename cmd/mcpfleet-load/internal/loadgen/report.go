@@ -412,6 +412,9 @@ func (s *Summary) tracingTargets() []Target {
 		p, ok := s.Tracing.ThroughputVsOff(i + 1)
 		if ok {
 			t.Measured = fmt.Sprintf("%.1f %% (%.0f vs %.0f heartbeats/s)", p, s.Tracing.Runs[i+1].Peak.RatePerSecond, s.Tracing.offRate())
+			if c, ok := s.Tracing.CPUVsOff(i + 1); ok {
+				t.Measured += fmt.Sprintf("; service CPU per heartbeat %.0f %% of off's", c)
+			}
 		} else if s.Tracing.Error != "" {
 			t.Measured = "— (" + s.Tracing.Error + ")"
 		}
@@ -708,6 +711,12 @@ func restartFigures(f figures, s *Summary) {
 		f.row(ph, "errors", nf(run.Peak.Errors.Total), "requests")
 		if p, ok := s.Tracing.ThroughputVsOff(i); ok && run.Env != nil {
 			f.row(ph, "throughput vs tracing off", f1(p), "%")
+		}
+		if c, ok := run.CPUPerHeartbeat(); ok {
+			f.row(ph, "service CPU per heartbeat in the closed loop", f3(c), "ms")
+		}
+		if p, ok := s.Tracing.CPUVsOff(i); ok && run.Env != nil {
+			f.row(ph, "service CPU per heartbeat vs tracing off", f1(p), "%")
 		}
 	}
 	if s.Tracing.Measured {

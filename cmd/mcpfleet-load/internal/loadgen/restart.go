@@ -46,6 +46,18 @@ type TracingRun struct {
 	// every module heartbeats once, so the service's per-server caches are warm when the loop starts.
 	AfterReady PhaseSummary `json:"after_ready"`
 	Peak       PhaseSummary `json:"peak"`
+	// ServiceCPUSeconds is the CPU the service spent during Peak (the closed loop and the steady
+	// heartbeats underneath): unlike the rate, it hardly depends on what else the machine was doing.
+	ServiceCPUMeasured bool    `json:"service_cpu_measured"`
+	ServiceCPUSeconds  float64 `json:"service_cpu_seconds"`
+}
+
+// CPUPerHeartbeat is the service's CPU per heartbeat answered 200 during the run's closed loop, in ms.
+func (t TracingRun) CPUPerHeartbeat() (float64, bool) {
+	if !t.ServiceCPUMeasured || t.Peak.OK == 0 {
+		return 0, false
+	}
+	return 1000 * t.ServiceCPUSeconds / float64(t.Peak.OK), true
 }
 
 // ColdStartSummary is serve → ready with the run's fleet in PostgreSQL (a restart, a failover).
@@ -87,6 +99,31 @@ func (t *TracingSummary) ThroughputVsOff(i int) (float64, bool) {
 		return 0, false
 	}
 	return 100 * t.Runs[i].Peak.RatePerSecond / off, true
+}
+
+// CPUVsOff returns run i's service CPU per heartbeat ÷ the tracing-off runs' mean, in percent (100: tracing
+// costs the service nothing).
+func (t *TracingSummary) CPUVsOff(i int) (float64, bool) {
+	if !t.Measured || len(t.Runs) <= i {
+		return 0, false
+	}
+	var off []float64
+	for j, run := range t.Runs {
+		if tracingConfigs[j].env == nil {
+			if c, ok := run.CPUPerHeartbeat(); ok {
+				off = append(off, c)
+			}
+		}
+	}
+	c, ok := t.Runs[i].CPUPerHeartbeat()
+	if !ok || len(off) == 0 {
+		return 0, false
+	}
+	var sum float64
+	for _, o := range off {
+		sum += o
+	}
+	return 100 * c / (sum / float64(len(off))), true
 }
 
 // runRestarts runs the restart phases into s.Tracing and s.ColdStart (see above). registered is the
@@ -134,10 +171,11 @@ func (r *runner) runRestarts(ctx context.Context, s *Summary, registered int) {
 		after.finish()
 		ph := newPhase("peak, tracing " + c.name)
 		r.cur.Store(ph)
-		r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(r.registeredIndexes()), r.pickRegistered())
+		cpu, cpuOK := r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(r.registeredIndexes()), r.pickRegistered(), r.child.Process.Pid)
 		r.cur.Store(idle)
 		s.Tracing.Runs = append(s.Tracing.Runs, TracingRun{Name: c.name, Env: c.env, ReadySeconds: ready.Seconds(),
-			AfterReady: summarizePhase(after, float64(registered)/r.cfg.Interval.Seconds()), Peak: summarizePhase(ph, 0)})
+			AfterReady: summarizePhase(after, float64(registered)/r.cfg.Interval.Seconds()), Peak: summarizePhase(ph, 0),
+			ServiceCPUMeasured: cpuOK, ServiceCPUSeconds: cpu.Seconds()})
 		s.Plots = append(s.Plots, plotOf(after), plotOf(ph))
 		r.logf("restart: tracing %s: first H after ready %d errors, p99 %s; closed loop %.0f heartbeats/s", c.name,
 			s.Tracing.Runs[i].AfterReady.Errors.Total, ms(s.Tracing.Runs[i].AfterReady.P99Ms), s.Tracing.Runs[i].Peak.RatePerSecond)

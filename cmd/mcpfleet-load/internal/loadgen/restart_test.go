@@ -69,3 +69,33 @@ func TestThroughputVsOff(t *testing.T) {
 		t.Fatal("an unfinished comparison is measured")
 	}
 }
+
+func TestCPUVsOff(t *testing.T) {
+	run := func(ok uint64, cpu float64) TracingRun {
+		return TracingRun{Peak: PhaseSummary{OK: ok}, ServiceCPUMeasured: true, ServiceCPUSeconds: cpu}
+	}
+	// off: 0.1 ms per heartbeat; 100 %: 0.13 ms.
+	s := TracingSummary{Measured: true, Runs: []TracingRun{run(10_000, 1), run(10_000, 1.3)}}
+	if c, ok := s.Runs[1].CPUPerHeartbeat(); !ok || !near(c, 0.13) {
+		t.Fatalf("CPUPerHeartbeat = %v, %v, want 0.13 ms", c, ok)
+	}
+	if p, ok := s.CPUVsOff(1); !ok || !near(p, 130) {
+		t.Fatalf("CPUVsOff(1) = %v, %v, want 130 %%", p, ok)
+	}
+	// With the last tracing-off run (0.12 ms), the comparison is with the mean of both off runs, 0.11 ms.
+	s.Runs = append(s.Runs, run(10_000, 1.1), run(10_000, 1.2))
+	if p, ok := s.CPUVsOff(2); !ok || !near(p, 100) {
+		t.Fatalf("CPUVsOff(2) against off 0.10 and 0.12 ms = %v, %v, want 100 %%", p, ok)
+	}
+	s.Runs[2].ServiceCPUMeasured = false
+	if _, ok := s.CPUVsOff(2); ok {
+		t.Fatal("a run whose CPU was not read is compared")
+	}
+	if _, ok := s.CPUVsOff(4); ok {
+		t.Fatal("a run not made is compared")
+	}
+	s.Runs[0].ServiceCPUMeasured, s.Runs[3].ServiceCPUMeasured = false, false
+	if _, ok := s.CPUVsOff(1); ok {
+		t.Fatal("compared with no tracing-off CPU")
+	}
+}

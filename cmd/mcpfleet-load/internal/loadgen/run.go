@@ -408,7 +408,7 @@ func (r *runner) runPeak(ctx context.Context, s *Summary) {
 	r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(registered), func(k int) (*module, []byte) {
 		m := &r.mods[registered[k]]
 		return m, m.body
-	})
+	}, 0)
 	s.Peak = summarizePhase(ph, 0)
 	s.Plots = append(s.Plots, plotOf(ph))
 	r.logf("peak: %.0f heartbeats/s, p99 %s, %d errors", s.Peak.RatePerSecond, ms(s.Peak.P99Ms), s.Peak.Errors.Total)
@@ -635,8 +635,10 @@ func (r *runner) settle(ctx context.Context) (bool, time.Duration) {
 
 // warmAndRun runs the closed loop for a short warm-up (a fifth of
 // cfg.PeakDuration, at most 1 s) whose figures are dropped — connections
-// open, heaps and pools grow — then for cfg.PeakDuration into ph.
-func (r *runner) warmAndRun(ctx context.Context, ph *phase, hc *http.Client, url string, n int, pick func(k int) (*module, []byte)) {
+// open, heaps and pools grow — then for cfg.PeakDuration into ph. If pid is
+// not 0, it returns the CPU process pid spent in that second part (ok false
+// if it could not be read).
+func (r *runner) warmAndRun(ctx context.Context, ph *phase, hc *http.Client, url string, n int, pick func(k int) (*module, []byte), pid int) (cpu time.Duration, ok bool) {
 	warm := newPhase(ph.name + " warm-up")
 	if r.cur.Load() == ph {
 		r.cur.Store(warm)
@@ -645,7 +647,17 @@ func (r *runner) warmAndRun(ctx context.Context, ph *phase, hc *http.Client, url
 	if r.cur.Load() == warm {
 		r.cur.Store(ph)
 	}
+	var c0 time.Duration
+	err := errors.New("no pid")
+	if pid != 0 {
+		c0, err = ReadCPUTime(pid)
+	}
 	r.closedLoop(ctx, ph, hc, url, n, r.cfg.PeakDuration, pick)
+	if err != nil {
+		return 0, false
+	}
+	c1, err := ReadCPUTime(pid)
+	return c1 - c0, err == nil
 }
 
 // closedLoop runs cfg.PeakWorkers workers that each heartbeat as fast as
