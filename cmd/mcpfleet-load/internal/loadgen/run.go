@@ -766,9 +766,7 @@ func (r *runner) runReference(ctx context.Context, held int) *Summary {
 		return nil
 	}
 	defer stop()
-	rc := r.cfg
-	rc.BaseURL, rc.ServicePID, rc.ServiceDatabase = "http://"+addr, pid, pc.Database
-	rc.Ceiling, rc.ReferenceDatabaseURL, rc.ReportPath, rc.Strict, rc.CPUProfile = false, "", "", false, ""
+	rc := referenceConfig(r.cfg, "http://"+addr, pid, pc.Database)
 	if held < rc.N {
 		r.note("the service held %d of the %d modules: the reference is driven with %d, the same load", held, rc.N, held)
 		rc.N = held
@@ -783,6 +781,18 @@ func (r *runner) runReference(ctx context.Context, held int) *Summary {
 		r.note("reference run: %v", err)
 	}
 	return rs
+}
+
+// referenceConfig is the configuration of the run against the reference server at baseURL (process pid,
+// database db): the run's load, without what only the service has or what the first run already did —
+// no ceiling, no second reference, no report, no restarts (they would stop the reference and start the
+// service's command in its place), no profiles of the service.
+func referenceConfig(cfg Config, baseURL string, pid int, db string) Config {
+	rc := cfg
+	rc.BaseURL, rc.ServicePID, rc.ServiceDatabase = baseURL, pid, db
+	rc.Ceiling, rc.ReferenceDatabaseURL, rc.ReportPath, rc.Strict, rc.CPUProfile = false, "", "", false, ""
+	rc.ServiceCommand, rc.ServicePprof, rc.ServiceCPUProfile = "", "", ""
+	return rc
 }
 
 // prefixWriter writes prefix before each Write to w: the reference run's progress lines (one Write
