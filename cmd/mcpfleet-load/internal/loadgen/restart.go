@@ -47,7 +47,8 @@ type TracingRun struct {
 	AfterReady PhaseSummary `json:"after_ready"`
 	Peak       PhaseSummary `json:"peak"`
 	// ServiceCPUSeconds is the CPU the service spent during Peak (the closed loop and the steady
-	// heartbeats underneath): unlike the rate, it hardly depends on what else the machine was doing.
+	// heartbeats underneath): per heartbeat, the cost of the configuration whatever rate the load
+	// generator reached.
 	ServiceCPUMeasured bool    `json:"service_cpu_measured"`
 	ServiceCPUSeconds  float64 `json:"service_cpu_seconds"`
 }
