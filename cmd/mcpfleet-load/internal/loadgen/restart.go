@@ -82,15 +82,29 @@ var tracingConfigs = []struct {
 	{"off, again", nil},
 }
 
-// offRate is the mean closed-loop rate of the tracing-off runs (the first, and the last if it ran).
-func (t *TracingSummary) offRate() float64 {
-	if len(t.Runs) == 0 {
+// offMean is the mean of value over the tracing-off runs (the first, and the last if it ran) for which
+// value is known; 0 if it is known for none.
+func (t *TracingSummary) offMean(value func(TracingRun) (float64, bool)) float64 {
+	var sum float64
+	n := 0
+	for j, run := range t.Runs {
+		if tracingConfigs[j].env != nil {
+			continue
+		}
+		if v, ok := value(run); ok {
+			sum += v
+			n++
+		}
+	}
+	if n == 0 {
 		return 0
 	}
-	if last := len(tracingConfigs) - 1; len(t.Runs) > last && t.Runs[last].Peak.OK > 0 {
-		return (t.Runs[0].Peak.RatePerSecond + t.Runs[last].Peak.RatePerSecond) / 2
-	}
-	return t.Runs[0].Peak.RatePerSecond
+	return sum / float64(n)
+}
+
+// offRate is the mean closed-loop rate of the tracing-off runs that answered heartbeats.
+func (t *TracingSummary) offRate() float64 {
+	return t.offMean(func(run TracingRun) (float64, bool) { return run.Peak.RatePerSecond, run.Peak.OK > 0 })
 }
 
 // ThroughputVsOff returns run i's closed-loop rate ÷ the tracing-off runs' mean rate, in percent.
@@ -108,23 +122,12 @@ func (t *TracingSummary) CPUVsOff(i int) (float64, bool) {
 	if !t.Measured || len(t.Runs) <= i {
 		return 0, false
 	}
-	var off []float64
-	for j, run := range t.Runs {
-		if tracingConfigs[j].env == nil {
-			if c, ok := run.CPUPerHeartbeat(); ok {
-				off = append(off, c)
-			}
-		}
-	}
+	off := t.offMean(TracingRun.CPUPerHeartbeat)
 	c, ok := t.Runs[i].CPUPerHeartbeat()
-	if !ok || len(off) == 0 {
+	if !ok || off == 0 {
 		return 0, false
 	}
-	var sum float64
-	for _, o := range off {
-		sum += o
-	}
-	return 100 * c / (sum / float64(len(off))), true
+	return 100 * c / off, true
 }
 
 // runRestarts runs the restart phases into s.Tracing and s.ColdStart (see above). registered is the
