@@ -161,7 +161,11 @@ func TestFencedCommandFailsAloneInAGroup(t *testing.T) {
 	fa := d.claim(a, "n1")
 	staleB := d.claim(b, "n1")
 	d.claim(b, "n2")
+	// The new server's shard is neither a's nor b's: claiming it must not renew (and so stale) a's fence.
 	newSrv := uuid.New()
+	for shard.Of(newSrv) == shard.Of(a) || shard.Of(newSrv) == shard.Of(b) {
+		newSrv = uuid.New()
+	}
 	reg := &persistence.RegisterCmd{EventID: uuid.New(), ServerID: newSrv, TenantID: d.tenant, ModuleName: "c", Version: "1",
 		Protocols: []string{"2025-11-25"}, At: t0}
 	ca, cb := d.unhealthyCmd(a), d.unhealthyCmd(b)
