@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,15 +272,25 @@ func TestRegisterSetIsIdempotent(t *testing.T) {
 	}
 }
 
-// LoadServers reads the whole tenant in keyset pages — every server once, in server_id order, also when
-// the last page is full — and only that tenant's, without the capability advertisement.
+// LoadServers reads the whole tenant in parallel ranges of keyset pages — every server exactly once,
+// also the ones on the ranges' edges and when a range's last page is full — and only that tenant's,
+// without the capability advertisement.
 func TestLoadServersInPages(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	other := d.newTenant("other")
+	ids := []uuid.UUID{ // the first and last id of every range, and their neighbours across the edges
+		uuid.MustParse("00000000-0000-0000-0000-000000000001"), uuid.MustParse("3fffffff-ffff-ffff-ffff-ffffffffffff"),
+		uuid.MustParse("40000000-0000-0000-0000-000000000000"), uuid.MustParse("7fffffff-ffff-ffff-ffff-ffffffffffff"),
+		uuid.MustParse("80000000-0000-0000-0000-000000000000"), uuid.MustParse("bfffffff-ffff-ffff-ffff-ffffffffffff"),
+		uuid.MustParse("c0000000-0000-0000-0000-000000000000"), uuid.MustParse("ffffffff-ffff-ffff-ffff-ffffffffffff"),
+	}
+	for range 9 {
+		ids = append(ids, uuid.New())
+	}
 	var cmds []persistence.Command
-	for i := range 9 {
-		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
+	for i, id := range ids {
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: d.tenant,
 			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, Capabilities: []byte(`{"tools":{}}`), At: t0})
 	}
 	cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: other,
@@ -289,6 +300,8 @@ func TestLoadServersInPages(t *testing.T) {
 			t.Fatalf("command %d: %v", i, err)
 		}
 	}
+	want := slices.Clone(ids)
+	slices.SortFunc(want, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
 	for _, page := range []int{1, 2, 3, 4, 9, 10} {
 		restore := persistence.SetLoadPage(page)
 		var got []uuid.UUID
@@ -303,22 +316,45 @@ func TestLoadServersInPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var want []uuid.UUID
-		rows, err := d.owner.Query(ctx, `SELECT server_id FROM mcp_servers WHERE tenant_id = $1 ORDER BY server_id`, d.tenant)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id uuid.UUID
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, id)
-		}
-		rows.Close()
+		slices.SortFunc(got, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("pages of %d: loaded %v, want %v", page, got, want)
 		}
+	}
+}
+
+// When fn fails, LoadServers stops calling it and returns its error (after the ranges still being read
+// are cancelled); a cancelled context fails the load.
+func TestLoadServersStopsOnError(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	var cmds []persistence.Command
+	for i := range 40 {
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
+			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
+	}
+	for i, err := range d.store.Commit(ctx, cmds) {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	defer persistence.SetLoadPage(2)()
+	stop := errors.New("enough")
+	calls := 0
+	err := d.store.LoadServers(ctx, d.tenant, func(persistence.Server) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 3 {
+		t.Errorf("LoadServers = %v after %d calls, want %v after 3", err, calls, stop)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := d.store.LoadServers(cancelled, d.tenant, func(persistence.Server) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("LoadServers with a cancelled context = %v, want context.Canceled", err)
 	}
 }
 

@@ -174,6 +174,11 @@ func readSkillUpsert(br pgx.BatchResults) (catalogueResult, error) {
 func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64, error) {
 	var n int64
 	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		// The join hashes every server of the tenant: at 250,000 that is ~17 MB, which the default
+		// work_mem (4 MB) would spill to temporary files in batches.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE skill_registry k
 			SET available = (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL), updated_at = now()
 			FROM mcp_servers m
