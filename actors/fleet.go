@@ -34,6 +34,7 @@ type fleetActor struct {
 
 	monitor   *lifecycle.Monitor // measures the lateness of automatic ticks into deps.stall
 	deadlines deadlineHeap       // the servers' deadline bounds (deadlines.go): a tick checks only what is due
+	unarmed   []*serverRecord    // taken in by the start's load, waiting for armLoaded
 	heldAt    time.Time          // the last tick while the membership was not confirmed (zero: it was)
 	tenants   map[uuid.UUID]int
 	silence   *lifecycle.MassSilence // nil when the guard is off
@@ -94,10 +95,23 @@ const fleetChunk = 2000
 
 // loadMsg hands the fleet servers read from PostgreSQL at start or with a shard (all registered),
 // each with its deadline bound (bounds[i], UnixNano on the monitor's clock; 0: time alone changes
-// nothing). They are taken in dormant: their actors are spawned when needed (wake).
+// nothing), and is answered with loaded. They are taken in dormant: their actors are spawned when
+// needed (wake). With bounds nil (the start's load, sent while the rest is still being read, and not
+// answered), the records' life is not restored yet: they wait, unarmed, for armLoaded.
 type loadMsg struct {
 	records []*serverRecord
 	bounds  []int64
+	// expect, if more than the fleet holds, is how many servers the whole load brings (this message's
+	// and the ones after it): an empty fleet sizes its maps for them once instead of growing them.
+	expect int
+}
+
+// armLoaded ends the start's load: every server taken in unarmed is restored as of at (readiness: the
+// start of restart grace) with the monitor's stall at that moment, and its deadline bound armed. It
+// is answered with loaded.
+type armLoaded struct {
+	at    time.Time
+	stall time.Duration
 }
 
 type loaded struct{}
@@ -132,12 +146,29 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 func (f *fleetActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *loadMsg:
+		if len(f.entries) == 0 && msg.expect > 0 {
+			f.entries = make(map[uuid.UUID]*fleetEntry, msg.expect)
+			f.byModule = make(map[moduleKey]uuid.UUID, msg.expect)
+		}
 		for i, rec := range msg.records {
 			f.enter(rec, true).dormant = true
-			if at := msg.bounds[i]; at != 0 {
+			if msg.bounds == nil {
+				f.unarmed = append(f.unarmed, rec)
+			} else if at := msg.bounds[i]; at != 0 {
 				f.arm(&armMsg{id: rec.id, at: at})
 			}
 		}
+		if msg.bounds != nil {
+			ctx.Respond(&loaded{})
+		}
+	case *armLoaded:
+		for _, rec := range f.unarmed {
+			rec.life = lifecycle.Restore(rec.row.Status, msg.at, msg.stall)
+			if due, ok := rec.life.Due(f.deps.life); ok {
+				f.arm(&armMsg{id: rec.id, at: due.UnixNano()})
+			}
+		}
+		f.unarmed = nil
 		ctx.Respond(&loaded{})
 	case *registerMsg:
 		f.register(ctx, msg)

@@ -190,13 +190,26 @@ func Start(ctx context.Context, cfg Config, store Store, deps Deps) (_ *Fleet, e
 	if err := f.spawnActors(store, deps); err != nil {
 		return nil, err
 	}
-	if err := f.load(ctx, store, cfg.Sharded); err != nil {
-		return nil, err
+	// The skill cascade is repaired from the persisted statuses alone, so PostgreSQL does it while the
+	// fleet loads; Start waits for both (nothing it started outlives a failed Start).
+	type repair struct {
+		n   int64
+		err error
 	}
-	if n, err := ReconcileSkills(ctx, store); err != nil {
-		return nil, fmt.Errorf("start actors: %w", err)
-	} else if n > 0 {
-		log.Warn("skill cascade repaired at start", "skills", n)
+	repaired := make(chan repair, 1)
+	go func() {
+		n, err := ReconcileSkills(ctx, store)
+		repaired <- repair{n, err}
+	}()
+	loadErr := f.load(ctx, store, cfg.Sharded)
+	r := <-repaired
+	if loadErr != nil {
+		return nil, loadErr
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("start actors: %w", r.err)
+	} else if r.n > 0 {
+		log.Warn("skill cascade repaired at start", "skills", r.n)
 	}
 	f.startTimers()
 	system.Root.Send(f.alerts, &alertTick{}) // deliver what a previous run left in the outbox
@@ -328,7 +341,9 @@ func (f *Fleet) abort() {
 }
 
 // load rebuilds the fleet from PostgreSQL, tenant by tenant (none when sharded: SetOwned loads the
-// shards the node is given).
+// shards the node is given). The fleet actor takes the servers in, in chunks, while the rest are still
+// read; once all are read, that moment is readiness, and armLoaded restores every server's life from
+// it and arms its deadline.
 func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	f.readyAt = f.clock.Now()
 	if sharded {
@@ -338,28 +353,37 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	if err != nil {
 		return fmt.Errorf("load fleet: %w", err)
 	}
-	var all []*serverRecord
+	n := 0
+	chunk := make([]*serverRecord, 0, loadChunk)
 	for _, t := range tenants {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
-			all = append(all, newLoadedRecord(s))
+			r := newLoadedRecord(s)
+			f.metrics.ServerStatus("", r.row.Status)
+			if chunk = append(chunk, r); len(chunk) == loadChunk {
+				f.system.Root.Send(f.fleet, &loadMsg{records: chunk})
+				chunk = make([]*serverRecord, 0, loadChunk)
+			}
+			n++
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("load fleet: %w", err)
 		}
 	}
-	f.readyAt = f.clock.Now()
-	for _, r := range all {
-		r.life = lifecycle.Restore(r.row.Status, f.readyAt, f.stall.Total()) // restart grace: the deadline runs from readiness
-		f.metrics.ServerStatus("", r.row.Status)
+	if len(chunk) > 0 {
+		f.system.Root.Send(f.fleet, &loadMsg{records: chunk})
 	}
-	if err := f.sendLoad(all); err != nil {
+	f.readyAt = f.clock.Now()
+	if _, err := f.system.Root.RequestFuture(f.fleet, &armLoaded{at: f.readyAt, stall: f.stall.Total()}, time.Minute).Result(); err != nil {
 		return fmt.Errorf("load fleet: %w", err)
 	}
-	f.servers = len(all)
-	f.log.Info("fleet loaded", "servers", len(all), "tenants", len(tenants))
+	f.servers = n
+	f.log.Info("fleet loaded", "servers", n, "tenants", len(tenants))
 	return nil
 }
+
+// loadChunk is how many servers one loadMsg hands the fleet actor.
+const loadChunk = 10000
 
 // newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
 func newLoadedRecord(s persistence.Server) *serverRecord {
@@ -374,15 +398,15 @@ func newLoadedRecord(s persistence.Server) *serverRecord {
 // deadline bound, and waits for it to take them. The records are nobody's yet: after this, only the
 // fleet (while the server is dormant) and then the server's actor read them.
 func (f *Fleet) sendLoad(all []*serverRecord) error {
-	for i := 0; i < len(all); i += 10000 {
-		chunk := all[i:min(i+10000, len(all))]
+	for i := 0; i < len(all); i += loadChunk {
+		chunk := all[i:min(i+loadChunk, len(all))]
 		bounds := make([]int64, len(chunk))
 		for j, r := range chunk {
 			if due, ok := r.life.Due(f.sdeps.life); ok {
 				bounds[j] = due.UnixNano()
 			}
 		}
-		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk, bounds: bounds}, time.Minute).Result(); err != nil {
+		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk, bounds: bounds, expect: len(all) - i}, time.Minute).Result(); err != nil {
 			return err
 		}
 	}
