@@ -404,15 +404,16 @@ func (s *Summary) cpuTargets() []Target {
 // a share of tracing off, each after a restart of the service in the same run.
 func (s *Summary) tracingTargets() []Target {
 	out := make([]Target, 0, 2)
-	for i, tt := range []struct {
+	for _, tt := range []struct {
 		name string
+		kind string
 		min  float64
-	}{{"heartbeat throughput with tracing on at 100 % sampling vs off", TargetTracingFullPercent}, {"heartbeat throughput with tracing at 1 % parent-based vs off", TargetTracingRatioPercent}} {
+	}{{"heartbeat throughput with tracing on at 100 % sampling vs off", kindFull, TargetTracingFullPercent}, {"heartbeat throughput with tracing at 1 % parent-based vs off", kindRatio, TargetTracingRatioPercent}} {
 		t := Target{Name: tt.name, Threshold: fmt.Sprintf("≥ %.0f %%", tt.min), Measured: "— (no restart phases: --service-command)"}
-		p, ok := s.Tracing.ThroughputVsOff(i + 1)
+		p, rate, runs, ok := s.Tracing.KindVsOff(tt.kind)
 		if ok {
-			t.Measured = fmt.Sprintf("%.1f %% (%.0f vs %.0f heartbeats/s)", p, s.Tracing.Runs[i+1].Peak.RatePerSecond, s.Tracing.offRate())
-			if c, ok := s.Tracing.CPUVsOff(i + 1); ok {
+			t.Measured = fmt.Sprintf("%.1f %% (%s, %.0f vs %.0f heartbeats/s)", p, plural(runs, "run"), rate, s.Tracing.offRate())
+			if c, ok := s.Tracing.KindCPUVsOff(tt.kind); ok {
 				t.Measured += fmt.Sprintf("; service CPU per heartbeat %.0f %% of off's", c)
 			}
 		} else if s.Tracing.Error != "" {
@@ -784,7 +785,7 @@ func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", s.Config.PeakWorkers)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's HeapAlloc (`/debug/pprof/heap?gc=1`, so after a collection: live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead).\n")
 	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
-	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again; a last restart with tracing off repeats the first, and throughput with tracing is its rate ÷ the mean of the two tracing-off restarts'. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
+	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, once per tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) and 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again. The configurations run interleaved — off, 100 %%, 1 %%, off, 100 %%, 1 %%, off — so a drift of the machine's speed falls on all of them alike; a tracing configuration's throughput is the mean rate of its two runs ÷ the mean of the three tracing-off runs', and each run is also shown on its own against that mean. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
 }
 
 // comparisonRow is one line of the table against the reference.
@@ -903,4 +904,12 @@ func thousands(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// plural is "n thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -99,3 +99,34 @@ func TestCPUVsOff(t *testing.T) {
 		t.Fatal("compared with no tracing-off CPU")
 	}
 }
+
+// Interleaved runs: each tracing kind is judged on the mean of its runs against the mean of the three
+// tracing-off runs; before the second runs, on the one that ran.
+func TestKindVsOff(t *testing.T) {
+	run := func(rate, cpu float64) TracingRun {
+		return TracingRun{Peak: PhaseSummary{OK: 10_000, RatePerSecond: rate}, ServiceCPUMeasured: true, ServiceCPUSeconds: cpu}
+	}
+	// off, 100 %, 1 %, off, 100 %, 1 %, off
+	s := TracingSummary{Measured: true, Runs: []TracingRun{run(200, 1), run(150, 1.8), run(185, 1.0)}}
+	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || p != 75 || rate != 150 || n != 1 {
+		t.Fatalf("after one run of each: KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 75 %%, 150/s, 1", p, rate, n, ok)
+	}
+	s.Runs = append(s.Runs, run(180, 1.2), run(170, 2.2), run(195, 1.2), run(190, 1.1))
+	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || !near(p, 100*160.0/190) || rate != 160 || n != 2 {
+		t.Fatalf("KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 84.2 %%, 160/s, 2", p, rate, n, ok)
+	}
+	if p, _, _, ok := s.KindVsOff(kindRatio); !ok || !near(p, 100) {
+		t.Fatalf("KindVsOff(ratio) = %v, %v; want 100 %%", p, ok)
+	}
+	// CPU per heartbeat: off 0.10, 0.12, 0.11 ms (mean 0.11); 100 %: 0.18 and 0.22 (mean 0.20).
+	if c, ok := s.KindCPUVsOff(kindFull); !ok || !near(c, 100*0.20/0.11) {
+		t.Fatalf("KindCPUVsOff(full) = %v, %v; want 181.8 %%", c, ok)
+	}
+	if _, _, _, ok := s.KindVsOff("nothing"); ok {
+		t.Fatal("a kind that never ran is compared")
+	}
+	s.Measured = false
+	if _, _, _, ok := s.KindVsOff(kindFull); ok {
+		t.Fatal("an unfinished comparison is judged")
+	}
+}
