@@ -27,23 +27,15 @@ func (r *runner) moduleName(i int32) string {
 	return r.cfg.ModulePrefix + "-" + fmt.Sprintf("%07d", i+1)
 }
 
-// bulkTimeout bounds a registration or deregistration pass: three times what the ramp predicts, but
-// at least what slowestBulkRate needs, plus a minute. The floor lets a fleet the machine registers
-// slower than the ramp (250,000 on two cores: about 1,000/s, the registered part's heartbeats taking the
-// CPU) be registered whole, so the phases after it — the steady load, memory, the cold start — measure
-// the N asked for; the registration rate is judged on its own.
+// bulkTimeout bounds a registration or deregistration pass: three times
+// what the ramp predicts, plus a minute.
 func (r *runner) bulkTimeout() time.Duration {
 	rate := float64(r.cfg.Ramp)
 	if rate <= 0 {
 		rate = 1000
 	}
-	d := 3 * float64(r.cfg.N) / rate
-	d = max(d, float64(r.cfg.N)/slowestBulkRate)
-	return time.Duration(d*float64(time.Second)) + time.Minute
+	return time.Duration(3*float64(r.cfg.N)/rate*float64(time.Second)) + time.Minute
 }
-
-// slowestBulkRate (per second) is the slowest registration or deregistration pass bulkTimeout waits for.
-const slowestBulkRate = 500
 
 // pace sends items to out at rate per second (rate ≤ 0: as fast as out is
 // read), then closes out. It stops early when ctx ends.
