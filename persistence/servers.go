@@ -149,18 +149,21 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 		go func() { errs <- s.loadRange(ctx, tenantID, loadBound(p), loadBound(p+1), pages) }()
 	}
 	var first error
+	take := func(page []Server) { // fn for each server of page, until one fails
+		for _, srv := range page {
+			if first != nil {
+				return
+			}
+			if err := fn(srv); err != nil {
+				first = err
+				cancel()
+			}
+		}
+	}
 	for done := 0; done < loadParts; {
 		select {
 		case page := <-pages:
-			for _, srv := range page {
-				if first != nil {
-					break
-				}
-				if err := fn(srv); err != nil {
-					first = err
-					cancel()
-				}
-			}
+			take(page)
 		case err := <-errs:
 			done++
 			if err != nil && first == nil {
@@ -172,14 +175,7 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 	for { // pages sent before their range's error or end
 		select {
 		case page := <-pages:
-			for _, srv := range page {
-				if first != nil {
-					break
-				}
-				if err := fn(srv); err != nil {
-					first = err
-				}
-			}
+			take(page)
 		default:
 			return first
 		}
