@@ -93,14 +93,14 @@ type serverRegistered struct{ serverID uuid.UUID }
 // fleetChunk bounds how many servers one fan-out message touches, so heartbeats interleave with a tick.
 const fleetChunk = 2000
 
-// loadMsg hands the fleet servers read from PostgreSQL at start or with a shard (all registered),
-// each with its deadline bound (bounds[i], UnixNano on the monitor's clock; 0: time alone changes
-// nothing), and is answered with loaded. They are taken in dormant: their actors are spawned when
-// needed (wake). With bounds nil (the start's load, sent while the rest is still being read, and not
-// answered), the records' life is not restored yet: they wait, unarmed, for armLoaded.
+// loadMsg hands the fleet servers read from PostgreSQL at start or with a shard (all registered). They
+// are taken in dormant: their actors are spawned when needed (wake). With arm set (a shard's servers),
+// each is restored as arm says and its deadline armed at once, and the message is answered with
+// loaded; with arm nil (the start's load, sent while the rest is still being read, and not answered),
+// the records wait, unarmed, for armLoaded.
 type loadMsg struct {
 	records []*serverRecord
-	bounds  []int64
+	arm     *armLoaded
 	// expect, if more than the fleet holds, is how many servers the whole load brings (this message's
 	// and the ones after it): an empty fleet sizes its maps for them once instead of growing them.
 	expect int
@@ -150,23 +150,20 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 			f.entries = make(map[uuid.UUID]*fleetEntry, msg.expect)
 			f.byModule = make(map[moduleKey]uuid.UUID, msg.expect)
 		}
-		for i, rec := range msg.records {
+		for _, rec := range msg.records {
 			f.enter(rec, true).dormant = true
-			if msg.bounds == nil {
+			if msg.arm == nil {
 				f.unarmed = append(f.unarmed, rec)
-			} else if at := msg.bounds[i]; at != 0 {
-				f.arm(&armMsg{id: rec.id, at: at})
+			} else {
+				f.restore(rec, msg.arm)
 			}
 		}
-		if msg.bounds != nil {
+		if msg.arm != nil {
 			ctx.Respond(&loaded{})
 		}
 	case *armLoaded:
 		for _, rec := range f.unarmed {
-			rec.life = lifecycle.Restore(rec.row.Status, msg.at, msg.stall)
-			if due, ok := rec.life.Due(f.deps.life); ok {
-				f.arm(&armMsg{id: rec.id, at: due.UnixNano()})
-			}
+			f.restore(rec, msg)
 		}
 		f.unarmed = nil
 		ctx.Respond(&loaded{})
@@ -251,6 +248,15 @@ func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) 
 }
 
 // enter takes a new server into the fleet's maps, without an actor, and returns its entry.
+// restore gives a loaded server its life as of arm.at (its restart grace runs from then) with the
+// monitor's stall at that moment, and arms its deadline bound if time alone can change it.
+func (f *fleetActor) restore(rec *serverRecord, arm *armLoaded) {
+	rec.life = lifecycle.Restore(rec.row.Status, arm.at, arm.stall)
+	if due, ok := rec.life.Due(f.deps.life); ok {
+		f.arm(&armMsg{id: rec.id, at: due.UnixNano()})
+	}
+}
+
 func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
 	e := &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
 	f.entries[rec.id] = e

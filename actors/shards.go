@@ -12,7 +12,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
-	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/shard"
 )
@@ -185,14 +184,12 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 			return 0, fmt.Errorf("load shards: %w", err)
 		}
 	}
-	now := f.clock.Now()
 	for _, r := range all {
-		// Grace runs from the moment this node took the shard, and so does the stall: the monitor's stall
-		// before it (a pause, a partition) must not extend the deadline of a server it did not run then.
-		r.life = lifecycle.Restore(r.row.Status, now, f.stall.Total())
 		f.metrics.ServerStatus("", r.row.Status)
 	}
-	if err := f.sendLoad(all); err != nil {
+	// Grace runs from the moment this node took the shard, and so does the stall: the monitor's stall
+	// before it (a pause, a partition) must not extend the deadline of a server it did not run then.
+	if err := f.sendLoad(all, &armLoaded{at: f.clock.Now(), stall: f.stall.Total()}); err != nil {
 		return 0, fmt.Errorf("load shards: %w", err)
 	}
 	return len(all), nil

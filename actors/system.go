@@ -394,19 +394,13 @@ func newLoadedRecord(s persistence.Server) *serverRecord {
 	}
 }
 
-// sendLoad hands loaded records (their life restored) to the fleet actor, in chunks, each with its
-// deadline bound, and waits for it to take them. The records are nobody's yet: after this, only the
+// sendLoad hands loaded records to the fleet actor, in chunks, each restored as arm says and armed as
+// it is taken in, and waits for it to take them. The records are nobody's yet: after this, only the
 // fleet (while the server is dormant) and then the server's actor read them.
-func (f *Fleet) sendLoad(all []*serverRecord) error {
+func (f *Fleet) sendLoad(all []*serverRecord, arm *armLoaded) error {
 	for i := 0; i < len(all); i += loadChunk {
 		chunk := all[i:min(i+loadChunk, len(all))]
-		bounds := make([]int64, len(chunk))
-		for j, r := range chunk {
-			if due, ok := r.life.Due(f.sdeps.life); ok {
-				bounds[j] = due.UnixNano()
-			}
-		}
-		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk, bounds: bounds, expect: len(all) - i}, time.Minute).Result(); err != nil {
+		if _, err := f.system.Root.RequestFuture(f.fleet, &loadMsg{records: chunk, arm: arm, expect: len(all) - i}, time.Minute).Result(); err != nil {
 			return err
 		}
 	}
