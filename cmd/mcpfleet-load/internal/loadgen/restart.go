@@ -132,27 +132,39 @@ func peakRate(run TracingRun) (float64, bool) { return run.Peak.RatePerSecond, r
 // offRate is the mean closed-loop rate of the tracing-off runs that answered heartbeats.
 func (t *TracingSummary) offRate() float64 { return t.offMean(peakRate) }
 
-// ThroughputVsOff returns run i's closed-loop rate ÷ the tracing-off runs' mean rate, in percent.
-func (t *TracingSummary) ThroughputVsOff(i int) (float64, bool) {
-	off := t.offRate()
-	if !t.Measured || len(t.Runs) <= i || off == 0 || t.Runs[i].Peak.OK == 0 {
+// vsOff is v as a percentage of value's mean over the tracing-off runs; ok is false until the
+// comparison is complete or when that mean is unknown.
+func (t *TracingSummary) vsOff(value func(TracingRun) (float64, bool), v float64) (float64, bool) {
+	off := t.offMean(value)
+	if !t.Measured || off == 0 {
 		return 0, false
 	}
-	return 100 * t.Runs[i].Peak.RatePerSecond / off, true
+	return 100 * v / off, true
+}
+
+// ThroughputVsOff returns run i's closed-loop rate ÷ the tracing-off runs' mean rate, in percent.
+func (t *TracingSummary) ThroughputVsOff(i int) (float64, bool) {
+	if len(t.Runs) <= i {
+		return 0, false
+	}
+	rate, ok := peakRate(t.Runs[i])
+	if !ok {
+		return 0, false
+	}
+	return t.vsOff(peakRate, rate)
 }
 
 // CPUVsOff returns run i's service CPU per heartbeat ÷ the tracing-off runs' mean, in percent (100: tracing
 // costs the service nothing).
 func (t *TracingSummary) CPUVsOff(i int) (float64, bool) {
-	if !t.Measured || len(t.Runs) <= i {
+	if len(t.Runs) <= i {
 		return 0, false
 	}
-	off := t.offMean(TracingRun.CPUPerHeartbeat)
 	c, ok := t.Runs[i].CPUPerHeartbeat()
-	if !ok || off == 0 {
+	if !ok {
 		return 0, false
 	}
-	return 100 * c / off, true
+	return t.vsOff(TracingRun.CPUPerHeartbeat, c)
 }
 
 // KindVsOff compares a kind of tracing configuration with tracing off over all their runs: the mean
@@ -160,23 +172,24 @@ func (t *TracingSummary) CPUVsOff(i int) (float64, bool) {
 // many of kind's runs it averages; ok is false until the comparison is complete or when either side
 // answered nothing.
 func (t *TracingSummary) KindVsOff(kind string) (percent, rate float64, runs int, ok bool) {
-	off := t.offRate()
 	rate, runs = t.kindMean(kind, peakRate)
-	if !t.Measured || off == 0 || runs == 0 {
+	if runs == 0 {
 		return 0, 0, 0, false
 	}
-	return 100 * rate / off, rate, runs, true
+	if percent, ok = t.vsOff(peakRate, rate); !ok {
+		return 0, 0, 0, false
+	}
+	return percent, rate, runs, true
 }
 
 // KindCPUVsOff is the mean service CPU per heartbeat of kind's runs ÷ the tracing-off runs' mean, in
 // percent.
 func (t *TracingSummary) KindCPUVsOff(kind string) (float64, bool) {
-	off := t.offMean(TracingRun.CPUPerHeartbeat)
 	c, n := t.kindMean(kind, TracingRun.CPUPerHeartbeat)
-	if !t.Measured || off == 0 || n == 0 {
+	if n == 0 {
 		return 0, false
 	}
-	return 100 * c / off, true
+	return t.vsOff(TracingRun.CPUPerHeartbeat, c)
 }
 
 // runRestarts runs the restart phases into s.Tracing and s.ColdStart (see above). registered is the
