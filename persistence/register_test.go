@@ -328,15 +328,8 @@ func TestLoadServersInPages(t *testing.T) {
 func TestLoadServersStopsOnError(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
-	var cmds []persistence.Command
 	for i := range 40 {
-		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: d.tenant,
-			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
-	}
-	for i, err := range d.store.Commit(ctx, cmds) {
-		if err != nil {
-			t.Fatalf("command %d: %v", i, err)
-		}
+		d.server(d.tenant, fmt.Sprintf("m%d", i), health.Healthy, i)
 	}
 	defer persistence.SetLoadPage(2)()
 	stop := errors.New("enough")
