@@ -108,6 +108,9 @@ func TestRunEndToEnd(t *testing.T) {
 	if s.Peak.OK == 0 || s.Ceiling.OK == 0 || s.CeilingRatioPercent <= 0 {
 		t.Errorf("peak %+v, ceiling %+v, ratio %v", s.Peak, s.Ceiling, s.CeilingRatioPercent)
 	}
+	if s.NoopSteady.OK == 0 || s.NoopSteady.ExpectedRatePerSecond != 400 || !s.NoopSteadyCPU.Measured {
+		t.Errorf("no-op at the steady rate %+v, CPU %+v", s.NoopSteady, s.NoopSteadyCPU)
+	}
 	if !s.CPU.ServiceMeasured || s.CPU.ClientPercent <= 0 || s.LoadAverage[1] == "" {
 		t.Errorf("CPU = %+v, load average %v", s.CPU, s.LoadAverage)
 	}

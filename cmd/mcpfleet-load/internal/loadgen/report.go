@@ -21,7 +21,7 @@ const (
 	// TargetRegistrationsPerSec is a whole fleet re-registering at once: 100,000 in 20 s.
 	TargetRegistrationsPerSec = 5000.0
 	// TargetCPUVsNoop bounds the service's CPU per steady heartbeat ÷ the no-op server's CPU per
-	// request in the ceiling phase.
+	// request under the same load: the steady rate N/H, paced, through as many connections.
 	TargetCPUVsNoop = 2.5
 	// TargetPeakVsReference and TargetCPUVsReference compare with the naive reference server:
 	// closed-loop peak at least this many times the reference's, total CPU per heartbeat (service +
@@ -73,6 +73,10 @@ type Summary struct {
 	SettleSeconds float64 `json:"settle_seconds"`
 	// CeilingCPU is the CPU the no-op server spent in the ceiling phase.
 	CeilingCPU CeilingCPU `json:"ceiling_cpu"`
+	// NoopSteady is the no-op server driven at the steady phase's rate (N/H, paced evenly, through
+	// cfg.Connections connections) after the ceiling, and NoopSteadyCPU the CPU it spent on that.
+	NoopSteady    PhaseSummary `json:"noop_steady"`
+	NoopSteadyCPU CeilingCPU   `json:"noop_steady_cpu"`
 	// CeilingRatioPercent is the peak rate as a percentage of the no-op
 	// ceiling's rate (0 when either was not measured).
 	CeilingRatioPercent float64 `json:"peak_percent_of_ceiling"`
@@ -207,12 +211,21 @@ type CeilingCPU struct {
 	Seconds  float64 `json:"seconds"`
 }
 
-// NoopPerRequest returns the no-op server's CPU per request answered in the ceiling phase, in ms.
-func (s *Summary) NoopPerRequest() (float64, bool) {
-	if !s.CeilingCPU.Measured || s.Ceiling.OK == 0 || s.CeilingCPU.Seconds <= 0 {
+// NoopPerRequest returns the no-op server's CPU per request answered in the ceiling's closed loop, in ms.
+func (s *Summary) NoopPerRequest() (float64, bool) { return s.CeilingCPU.perRequest(s.Ceiling) }
+
+// NoopSteadyPerRequest returns the no-op server's CPU per request answered at the steady rate, in ms:
+// the figure the service's CPU per steady heartbeat is judged against (the same load).
+func (s *Summary) NoopSteadyPerRequest() (float64, bool) {
+	return s.NoopSteadyCPU.perRequest(s.NoopSteady)
+}
+
+// perRequest is c's CPU per request answered 200 in ph, in ms.
+func (c CeilingCPU) perRequest(ph PhaseSummary) (float64, bool) {
+	if !c.Measured || ph.OK == 0 || c.Seconds <= 0 {
 		return 0, false
 	}
-	return 1000 * s.CeilingCPU.Seconds / float64(s.Ceiling.OK), true
+	return 1000 * c.Seconds / float64(ph.OK), true
 }
 
 // PerHeartbeat returns the CPU per steady heartbeat answered 200, in ms, of the service, of its
@@ -388,10 +401,11 @@ func (s *Summary) fleetTargets() []Target {
 	}
 }
 
-// cpuTargets: the service's CPU per heartbeat ÷ the no-op server's per request, same run.
+// cpuTargets: the service's CPU per steady heartbeat ÷ the no-op server's per request at the same
+// rate, same run.
 func (s *Summary) cpuTargets() []Target {
 	sv, _, _, svOK, _ := s.PerHeartbeat()
-	noop, noopOK := s.NoopPerRequest()
+	noop, noopOK := s.NoopSteadyPerRequest()
 	t := Target{Name: "service CPU per heartbeat ÷ no-op CPU per request", Threshold: fmt.Sprintf("≤ %.1f×", TargetCPUVsNoop), Measured: "—"}
 	if svOK && noopOK {
 		t.Measured = fmt.Sprintf("%.2f× (%.3f ms ÷ %.3f ms)", sv/noop, sv, noop)
@@ -674,7 +688,15 @@ func peakFigures(f figures, s *Summary) {
 		f.row("ceiling", "errors", nf(p.Errors.Total), "requests")
 	}
 	if noop, ok := s.NoopPerRequest(); ok {
-		f.row("ceiling", "no-op server CPU per request", f3(noop), "ms")
+		f.row("ceiling", "no-op server CPU per request (closed loop)", f3(noop), "ms")
+	}
+	if p := s.NoopSteady; p.Sent > 0 {
+		f.row("no-op at the steady rate", "requests answered / rate achieved / rate expected (N/H)", fmt.Sprintf("%s / %s / %s", nf(p.OK), f1(p.RatePerSecond), f1(p.ExpectedRatePerSecond)), "requests, requests/s")
+		f.row("no-op at the steady rate", "latency p50 / p99 / max", latencies(p), "ms")
+		f.row("no-op at the steady rate", "errors", nf(p.Errors.Total), "requests")
+	}
+	if noop, ok := s.NoopSteadyPerRequest(); ok {
+		f.row("no-op at the steady rate", "no-op server CPU per request (the CPU target's divisor)", f3(noop), "ms")
 	}
 	if s.Peak.OK > 0 && s.Ceiling.OK > 0 {
 		f.row("peak vs ceiling", "peak as a share of the no-op ceiling", f1(s.CeilingRatioPercent), "%")
@@ -782,9 +804,9 @@ func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "\n## How to read it\n\n")
 	fmt.Fprintf(b, "- Latency is measured by the load generator, from sending a request to reading its whole answer, for answers 2xx; it includes the client's own queueing on a machine it shares with the service.\n")
 	fmt.Fprintf(b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
-	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle.\n", s.Config.PeakWorkers)
+	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle; the same no-op server is then driven at the steady rate (N/H requests/s, paced evenly, through %d connections, after a 1 s warm-up) — the same load as the steady phase — and its CPU per request there is what the service's CPU per steady heartbeat is divided by: at a closed loop's rate every request costs less (fewer wake-ups, more requests per read and write), so the closed loop's figure, also shown, would compare unlike loads.\n", s.Config.PeakWorkers, s.Config.Connections)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's HeapAlloc (`/debug/pprof/heap?gc=1`, so after a collection: live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead).\n")
-	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way over the ceiling's closed loop, after its warm-up.\n")
+	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way, over its run at the steady rate (and, shown beside it, over the ceiling's closed loop), after a warm-up.\n")
 	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, seven times, each with one tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) or 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again. The configurations run interleaved — off, 100 %%, 1 %%, off, 100 %%, 1 %%, off — so a drift of the machine's speed falls on all of them alike; a tracing configuration's throughput is the mean rate of its two runs ÷ the mean of the three tracing-off runs', and each run is also shown on its own against that mean. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
 }
 

@@ -331,17 +331,16 @@ func (r *runner) conclude(ctx context.Context, s *Summary) error {
 	return nil
 }
 
-// measureCeiling measures the no-op server's rate into s.Ceiling (a note if it cannot).
+// measureCeiling measures the no-op server's closed-loop rate into s.Ceiling and its cost at the
+// steady rate into s.NoopSteady (a note if it cannot).
 func (r *runner) measureCeiling(ctx context.Context, s *Summary) {
 	r.logf("ceiling: no-op gin server in a child process, %d workers for %s", r.cfg.PeakWorkers, r.cfg.PeakDuration)
-	ph, cpu, cpuOK, err := r.ceiling(ctx)
-	if err != nil {
+	if err := r.ceiling(ctx, s); err != nil {
 		r.note("ceiling not measured: %v", err)
 		return
 	}
-	s.Ceiling = summarizePhase(ph, 0)
-	s.CeilingCPU = CeilingCPU{Measured: cpuOK, Seconds: cpu.Seconds()}
-	r.logf("ceiling: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms))
+	r.logf("ceiling: %.0f requests/s, p99 %s; at the steady rate: %.0f requests/s, p99 %s", s.Ceiling.RatePerSecond, ms(s.Ceiling.P99Ms),
+		s.NoopSteady.RatePerSecond, ms(s.NoopSteady.P99Ms))
 }
 
 // runSteady runs the steady phase for cfg.Duration, sweeping for non-healthy servers meanwhile, and
@@ -694,12 +693,14 @@ func (r *runner) closedLoop(ctx context.Context, ph *phase, hc *http.Client, url
 	r.setProgress(nil)
 }
 
-// ceiling measures the closed loop against a no-op gin server run as a
-// child process, and the CPU that process spent on it (after the warm-up).
-func (r *runner) ceiling(ctx context.Context) (ph *phase, cpu time.Duration, cpuOK bool, err error) {
+// ceiling measures the closed loop against a no-op gin server run as a child process, and the CPU that
+// process spent on it (after the warm-up), into s.Ceiling; then the same server at the steady rate (N/H,
+// paced, through cfg.Connections connections, for cfg.Duration but at most noopSteadyMax) and its CPU on
+// that into s.NoopSteady: the same load as the steady phase, the divisor of the CPU target.
+func (r *runner) ceiling(ctx context.Context, s *Summary) error {
 	addr, pid, stop, err := startChild(ctx, "no-op server", r.cfg.SelfExe, []string{NoopCommand, "--addr", "127.0.0.1:0", "--max-lifetime", "30m"}, r.log)
 	if err != nil {
-		return nil, 0, false, err
+		return err
 	}
 	defer stop()
 	hc := newTransportClient(r.cfg.PeakWorkers, r.cfg.RequestTimeout)
@@ -711,15 +712,81 @@ func (r *runner) ceiling(ctx context.Context) (ph *phase, cpu time.Duration, cpu
 	}
 	url := "http://" + addr + "/v1/mcp/servers/heartbeat"
 	pick := func(k int) (*module, []byte) { return nil, bodies[k] }
-	ph = newPhase("ceiling")
+	ph := newPhase("ceiling")
 	r.closedLoop(ctx, newPhase("ceiling warm-up"), hc, url, n, min(r.cfg.PeakDuration/5, time.Second), pick)
 	c0, err0 := ReadCPUTime(pid)
 	r.closedLoop(ctx, ph, hc, url, n, r.cfg.PeakDuration, pick)
 	c1, err1 := ReadCPUTime(pid)
 	if ph.ok.Load() == 0 {
-		return nil, 0, false, fmt.Errorf("no request to the no-op server succeeded (%v)", ph.errs.snapshot())
+		return fmt.Errorf("no request to the no-op server succeeded (%v)", ph.errs.snapshot())
 	}
-	return ph, c1 - c0, err0 == nil && err1 == nil, nil
+	s.Ceiling = summarizePhase(ph, 0)
+	s.CeilingCPU = CeilingCPU{Measured: err0 == nil && err1 == nil, Seconds: (c1 - c0).Seconds()}
+
+	rate := float64(r.cfg.N) / r.cfg.Interval.Seconds()
+	shc := newTransportClient(r.cfg.Connections, r.cfg.RequestTimeout)
+	defer shc.CloseIdleConnections()
+	r.openLoop(ctx, newPhase("no-op steady warm-up"), shc, url, n, rate, time.Second, pick)
+	steady := newPhase("no-op steady")
+	c0, err0 = ReadCPUTime(pid)
+	r.openLoop(ctx, steady, shc, url, n, rate, min(r.cfg.Duration, noopSteadyMax), pick)
+	c1, err1 = ReadCPUTime(pid)
+	s.NoopSteady = summarizePhase(steady, rate)
+	s.NoopSteadyCPU = CeilingCPU{Measured: err0 == nil && err1 == nil, Seconds: (c1 - c0).Seconds()}
+	return nil
+}
+
+// noopSteadyMax bounds the no-op server's run at the steady rate: 20 s at 10,000 requests/s is 200,000
+// requests, enough CPU (seconds of it) for /proc's 10 ms resolution to be far below a percent.
+const noopSteadyMax = 20 * time.Second
+
+// openLoop sends rate requests per second for d, paced evenly (a request falls due every 1/rate, as the
+// steady phase's wheel spreads N modules over H), through cfg.Connections workers, over n modules
+// picked round-robin by pick. A request due while every worker is busy waits for one (the no-op server
+// keeps up at any steady rate the service is driven at).
+func (r *runner) openLoop(ctx context.Context, ph *phase, hc *http.Client, url string, n int, rate float64, d time.Duration, pick func(k int) (*module, []byte)) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	ph.restart()
+	r.setProgress(func() string { return r.phaseProgress(ph, d) })
+	defer r.setProgress(nil)
+	due := make(chan int, r.cfg.Connections)
+	var wg sync.WaitGroup
+	for range r.cfg.Connections {
+		b, err := newBeater(hc, url, r.auth)
+		if err != nil {
+			r.note("open-loop worker: %v", err)
+			continue
+		}
+		wg.Go(func() {
+			for k := range due {
+				m, body := pick(k)
+				r.beatOnce(ctx, ph, b, m, body)
+			}
+		})
+	}
+	start := time.Now()
+	t := time.NewTicker(time.Millisecond)
+	sent := 0
+pace:
+	for {
+		select {
+		case <-ctx.Done():
+			break pace
+		case now := <-t.C:
+			for want := int(rate * now.Sub(start).Seconds()); sent < want; sent++ {
+				select {
+				case due <- sent % n:
+				case <-ctx.Done():
+					break pace
+				}
+			}
+		}
+	}
+	t.Stop()
+	close(due)
+	wg.Wait()
+	ph.finish()
 }
 
 func ms(v float64) string { return fmt.Sprintf("%.2fms", v) }

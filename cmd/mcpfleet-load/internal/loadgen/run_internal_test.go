@@ -1,6 +1,14 @@
 package loadgen
 
-import "testing"
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
 
 // TestReferenceRunRestartsNothing: the run against the reference server must not restart "the service" (it
 // would stop the reference and start mcpfleet in its place) nor profile it, whatever the first run did.
@@ -16,5 +24,25 @@ func TestReferenceRunRestartsNothing(t *testing.T) {
 	}
 	if rc.BaseURL != "http://127.0.0.1:2" || rc.ServicePID != 42 || rc.ServiceDatabase != "ref" || rc.N != 10 {
 		t.Errorf("the reference run's target: %+v", rc)
+	}
+}
+
+// TestOpenLoopPaces: the open loop sends rate requests per second, not as many as the server can take
+// (a closed loop against this handler would send tens of thousands in the window).
+func TestOpenLoopPaces(t *testing.T) {
+	var got atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		got.Add(1)
+		_, _ = io.WriteString(w, `{"status":"healthy"}`)
+	}))
+	t.Cleanup(ts.Close)
+	r := newRunner(Config{N: 1, Interval: time.Second, Connections: 8, RequestTimeout: 5 * time.Second}, io.Discard)
+	ph := newPhase("open loop")
+	const rate, d = 500.0, time.Second
+	r.openLoop(context.Background(), ph, newTransportClient(8, 5*time.Second), ts.URL, 10, rate, d,
+		func(k int) (*module, []byte) { return nil, []byte(`{"server_id":"x"}`) })
+	// Pacing is by the wall clock, so the count is rate × d less what the deadline cut off in flight.
+	if n := float64(ph.ok.Load()); n < rate*d.Seconds()*0.8 || n > rate*d.Seconds()*1.01 {
+		t.Errorf("answered %.0f in %s at %.0f/s, want about %.0f (server saw %d)", n, d, rate, rate*d.Seconds(), got.Load())
 	}
 }
