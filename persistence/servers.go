@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -259,6 +260,11 @@ func (s *Store) StampHeartbeats(ctx context.Context, stamps []Stamp) error {
 
 // StampHeartbeatsFenced is StampHeartbeats that also returns the stale fences its stamps carried, each
 // once (in no particular order): the shards another process has claimed since, whose stamps were dropped.
+//
+// The rows are locked in server_id order, the order every multi-row write of mcp_servers locks in (a
+// transition set locks its rows ordered, see setTransitionsSQL): a stamp and a transition of the same
+// servers, in flight at once, then wait for each other instead of deadlocking. The order is the input
+// array's, sorted here: the plan walks the unnest outermost and finds each row by its primary key.
 func (s *Store) StampHeartbeatsFenced(ctx context.Context, stamps []Stamp) ([]Fence, error) {
 	byTenant := map[uuid.UUID][]Stamp{}
 	for _, st := range stamps {
@@ -267,6 +273,7 @@ func (s *Store) StampHeartbeatsFenced(ctx context.Context, stamps []Stamp) ([]Fe
 	steps := make([]tenantStep, 0, len(byTenant))
 	var stale []Fence
 	for tenant, sts := range byTenant {
+		slices.SortStableFunc(sts, func(a, b Stamp) int { return bytes.Compare(a.ServerID[:], b.ServerID[:]) })
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
 		shards := make([]int32, len(sts))

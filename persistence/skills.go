@@ -179,11 +179,17 @@ func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64,
 		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE skill_registry k
-			SET available = (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL), updated_at = now()
-			FROM mcp_servers m
-			WHERE m.server_id = k.server_id
-			  AND k.available IS DISTINCT FROM (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL)`)
+		// A skill row another transaction holds (a cascade or a registration in flight, which sets it
+		// itself) is skipped, so the repair never waits on a row lock and cannot deadlock with the
+		// writes it repairs; if that write rolls back, the next reconciliation repairs the row.
+		tag, err := tx.Exec(ctx, `WITH due AS MATERIALIZED (
+				SELECT k.skill_id, (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL) AS want
+				FROM skill_registry k JOIN mcp_servers m ON m.server_id = k.server_id
+				WHERE k.available IS DISTINCT FROM (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL)
+				FOR NO KEY UPDATE OF k SKIP LOCKED
+			)
+			UPDATE skill_registry k SET available = due.want, updated_at = now()
+			FROM due WHERE k.skill_id = due.skill_id`)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -62,14 +62,21 @@ func asTransition(c Command) (*TransitionCmd, Fence, bool) {
 // setTransitionsSQL is the set's statement; its rows are, by n, whether the command's fence passed,
 // whether its event was written and whether its server's row was updated. It opens with its name, so
 // pg_stat_activity (which shows a statement's first 1,024 bytes) tells it from a registration set.
+// Its servers' rows are locked first (locked), in server_id order — the order heartbeat stamps lock
+// them in (StampHeartbeatsFenced) — so a set and a stamp of the same servers in flight at once wait
+// for each other instead of deadlocking; the status each command is decided on is the row's latest.
 const setTransitionsSQL = `/* transition set */ WITH v AS (
 			SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 				$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::bigint[])
 				WITH ORDINALITY AS v(event_id, server_id, kind, module_name, version, to_status, from_status,
 					trace_id, at, evidence, payload, shard, epoch, n)
-		), ` + setFenceNamesCTE + `, cur AS MATERIALIZED (
+		), ` + setFenceNamesCTE + `, locked AS MATERIALIZED (
+			SELECT m.server_id, m.status FROM mcp_servers m
+			WHERE m.server_id IN (SELECT v.server_id FROM v JOIN ok ON ok.n = v.n)
+			ORDER BY m.server_id FOR NO KEY UPDATE OF m
+		), cur AS MATERIALIZED (
 			SELECT v.n, m.status, (SELECT fences FROM named) AS fences FROM v JOIN ok ON ok.n = v.n
-			LEFT JOIN LATERAL (SELECT m.status FROM mcp_servers m WHERE m.server_id = v.server_id LIMIT 1) m ON true
+			LEFT JOIN locked m ON m.server_id = v.server_id
 		), audit AS (
 			INSERT INTO audit_events (event_id, tenant_id, kind, server_id, module_name, version, status, from_status, trace_id, occurred_at)
 			SELECT v.event_id, $1, v.kind, v.server_id, v.module_name, v.version, v.to_status,

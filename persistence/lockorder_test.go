@@ -1,0 +1,156 @@
+package persistence_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mcpfleet/mcpfleet/health"
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// Heartbeat stamps and transition sets both write many rows of mcp_servers in one statement. A bench
+// with a deregistering fleet still heartbeating deadlocked them ten times in two minutes: each locked
+// the rows in its own order. Both now lock in server_id order. Each test holds the higher id's row in
+// another transaction and gives the write [higher, lower]: locking in id order, the write holds the
+// lower row while it waits for the higher one; in its input order it would wait with the lower row free.
+
+// lockedPair returns two new healthy servers of d.tenant, lower id first, and a transaction of the
+// owner that holds the higher one's row (rolled back at cleanup). The table holds 2,000 more servers,
+// so that the plans are a fleet's (on a table of two rows a scan may visit them in any order).
+func (d *dash) lockedPair() (lo, hi uuid.UUID, hold pgx.Tx) {
+	d.t.Helper()
+	ctx := context.Background()
+	d.exec(d.tenant, `INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols, status,
+		last_heartbeat_at, registered_at) SELECT gen_random_uuid(), $1, 'filler-' || i, '1.0.0', '{2025-11-25}', 'healthy', $2, $2 FROM generate_series(1, 2000) i`, d.tenant, t0)
+	lo, hi = d.server(d.tenant, "a", health.Healthy, 0), d.server(d.tenant, "b", health.Healthy, 1)
+	if bytes.Compare(lo[:], hi[:]) > 0 {
+		lo, hi = hi, lo
+	}
+	hold, err := d.owner.Begin(ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = hold.Rollback(ctx) })
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM mcp_servers WHERE server_id = $1 FOR UPDATE`, hi); err != nil {
+		d.t.Fatal(err)
+	}
+	return lo, hi, hold
+}
+
+// heldByAnother reports whether the row of srv is locked by another transaction, asked from hold
+// (which is aborted by the answer yes, and rolled back).
+func heldByAnother(t *testing.T, hold pgx.Tx, srv uuid.UUID) bool {
+	t.Helper()
+	_, err := hold.Exec(context.Background(), `SELECT 1 FROM mcp_servers WHERE server_id = $1 FOR UPDATE NOWAIT`, srv)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
+func TestStampsLockServersInIDOrder(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	lo, hi, hold := d.lockedPair()
+	at := t0.Add(time.Hour)
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.store.StampHeartbeatsFenced(ctx, []persistence.Stamp{
+			{TenantID: d.tenant, ServerID: hi, At: at}, {TenantID: d.tenant, ServerID: lo, At: at}})
+		done <- err
+	}()
+	d.waitForLockWait(`WITH v AS (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]%`)
+	if !heldByAnother(t, hold, lo) {
+		t.Fatal("the stamp waits for the higher id's row without holding the lower one: it locks out of id order")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := d.count(`SELECT count(*) FROM mcp_servers WHERE last_heartbeat_at = $1`, at); n != 2 {
+		t.Fatalf("%d of 2 stamps landed", n)
+	}
+}
+
+func TestTransitionSetLocksServersInIDOrder(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	lo, hi, hold := d.lockedPair()
+	done := make(chan []error, 1)
+	// Fenced, as the service writes them: unfenced transitions are applied one by one.
+	fenced := []persistence.Command{persistence.WithFence(d.unhealthyCmd(hi), d.claim(hi, "n1")),
+		persistence.WithFence(d.unhealthyCmd(lo), d.claim(lo, "n1"))}
+	go func() { done <- d.store.Commit(ctx, fenced) }()
+	d.waitForLockWait(`/* transition set */%`)
+	if !heldByAnother(t, hold, lo) {
+		t.Fatal("the transition set waits for the higher id's row without holding the lower one: it locks out of id order")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range <-done {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	if n := d.count(`SELECT count(*) FROM mcp_servers WHERE server_id = ANY($1) AND status = 'unhealthy'`, []uuid.UUID{lo, hi}); n != 2 {
+		t.Fatalf("%d of 2 servers unhealthy", n)
+	}
+}
+
+// The reconciliation skips a skill row another transaction holds instead of waiting for it (it cannot
+// then deadlock with the cascade it repairs, as it did in a bench), and repairs the row on its next run.
+func TestReconcileSkipsHeldSkills(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	skills := make([]uuid.UUID, 2)
+	for i, module := range []string{"a", "b"} {
+		srv := d.server(d.tenant, module, health.Unhealthy, i)
+		skills[i] = uuid.New()
+		d.exec(d.tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available)
+			VALUES ($1, $2, $3, 'x', '{}', true, true)`, skills[i], d.tenant, srv) // available on an unhealthy server: to repair
+	}
+	hold, err := d.owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hold.Rollback(ctx) })
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM skill_registry WHERE skill_id = $1 FOR UPDATE`, skills[0]); err != nil {
+		t.Fatal(err)
+	}
+	repaired := make(chan int64, 1)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		n, err := d.store.ReconcileSkills(c, d.tenant)
+		if err != nil {
+			t.Error(err) // a reconciliation that waits for the held row times out here
+		}
+		repaired <- n
+	}()
+	if n := <-repaired; n != 1 {
+		t.Fatalf("repaired %d skills beside a held one, want 1", n)
+	}
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE skill_id = $1 AND NOT available`, skills[1]); n != 1 {
+		t.Fatal("the free skill was not repaired")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.store.ReconcileSkills(ctx, d.tenant); err != nil || n != 1 {
+		t.Fatalf("the next reconciliation repaired %d, %v; want the skipped skill", n, err)
+	}
+}
