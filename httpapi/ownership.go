@@ -25,8 +25,9 @@ type serverOwner struct {
 	origin   persistence.Origin
 }
 
-// owners caches serverOwner by server_id for the heartbeat path, so a module key's heartbeat costs a map
-// lookup, not a database round trip. At most max entries are held; past that one arbitrary entry is
+// owners caches serverOwner by server_id for the module keys' actions on a server (heartbeat,
+// deregistration), so a heartbeat costs a map lookup, not a database round trip, and a deregistration
+// one round trip less. At most max entries are held; past that one arbitrary entry is
 // dropped per insertion (it is read again on its next use).
 type owners struct {
 	lookup ownerLookup
@@ -40,26 +41,24 @@ func newOwners(lookup ownerLookup, max int) *owners {
 	return &owners{lookup: lookup, max: max, cache: map[uuid.UUID]serverOwner{}}
 }
 
-// get returns the owner of serverID in tenantID; fresh asks the database even if the answer is cached.
-// It returns persistence.ErrNotFound for no such server in the tenant (another tenant's server is the
-// same as none).
-func (o *owners) get(ctx context.Context, tenantID, serverID uuid.UUID, fresh bool) (serverOwner, error) {
-	if !fresh {
-		o.mu.RLock()
-		e, ok := o.cache[serverID]
-		o.mu.RUnlock()
-		if ok {
-			if e.tenantID != tenantID {
-				return serverOwner{}, persistence.ErrNotFound
-			}
-			return e, nil
+// get returns the owner of serverID in tenantID, from the cache when it holds it (an owner never
+// changes) and from the database otherwise. It returns persistence.ErrNotFound for no such server in the
+// tenant (another tenant's server is the same as none).
+func (o *owners) get(ctx context.Context, tenantID, serverID uuid.UUID) (serverOwner, error) {
+	o.mu.RLock()
+	e, ok := o.cache[serverID]
+	o.mu.RUnlock()
+	if ok {
+		if e.tenantID != tenantID {
+			return serverOwner{}, persistence.ErrNotFound
 		}
+		return e, nil
 	}
 	module, origin, err := o.lookup.ServerOwner(ctx, tenantID, serverID)
 	if err != nil {
 		return serverOwner{}, err
 	}
-	e := serverOwner{tenantID: tenantID, module: module, origin: origin}
+	e = serverOwner{tenantID: tenantID, module: module, origin: origin}
 	o.put(serverID, e)
 	return e, nil
 }
@@ -126,7 +125,7 @@ func (s *Server) authorizeOn(ctx context.Context, p persistence.Principal, a per
 	if p.Role == persistence.RoleAdmin {
 		return nil
 	}
-	own, err := s.owners.get(ctx, p.TenantID, serverID, a != persistence.ActHeartbeat)
+	own, err := s.owners.get(ctx, p.TenantID, serverID)
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
 		return nil

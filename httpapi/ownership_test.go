@@ -64,10 +64,10 @@ func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 		t.Fatalf("warm: %d cached, %v", n, err)
 	}
 	for _, id := range ofA {
-		if e, err := o.get(context.Background(), a, id, false); err != nil || e.module != "m" {
+		if e, err := o.get(context.Background(), a, id); err != nil || e.module != "m" {
 			t.Fatalf("heartbeat owner of %s: %+v %v", id, e, err)
 		}
-		if _, err := o.get(context.Background(), b, id, false); !errors.Is(err, persistence.ErrNotFound) {
+		if _, err := o.get(context.Background(), b, id); !errors.Is(err, persistence.ErrNotFound) {
 			t.Fatalf("tenant b sees tenant a's server: %v", err)
 		}
 	}
@@ -84,5 +84,33 @@ func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 	partial := newOwners(st, 1000)
 	if n, err := partial.warm(context.Background(), st, []uuid.UUID{a}); err == nil || n != 7 || len(partial.cache) != 7 {
 		t.Fatalf("failed warm-up: cached %d, holds %d, err %v", n, len(partial.cache), err)
+	}
+}
+
+// A module key's deregistration is checked against the cached owner, as its heartbeats are (an owner
+// never changes): one database lookup for a server however many actions follow, and the cached answer
+// refuses what the database's would — a key bound to another module, another tenant's server.
+func TestDeregistrationUsesTheCachedOwner(t *testing.T) {
+	tenant, id := uuid.New(), uuid.New()
+	st := &ownerStore{servers: map[uuid.UUID]serverOwner{id: {tenantID: tenant, module: "m", origin: persistence.OriginModule}}}
+	s := &Server{owners: newOwners(st, 10)}
+	ctx := context.Background()
+	key := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "m"}
+	for _, a := range []persistence.Action{persistence.ActHeartbeat, persistence.ActDeregister, persistence.ActDeregister} {
+		if err := s.authorizeOn(ctx, key, a, id); err != nil {
+			t.Fatalf("action %v of the module's own key: %v", a, err)
+		}
+	}
+	other := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "n"}
+	var p *Problem
+	if err := s.authorizeOn(ctx, other, persistence.ActDeregister, id); !errors.As(err, &p) || p.Status != 403 {
+		t.Fatalf("a key bound to another module deregisters: %v", err)
+	}
+	if n := st.lookups.Load(); n != 1 {
+		t.Fatalf("%d owner lookups for one server, want 1", n)
+	}
+	// Another tenant's key: the cached owner says none of its servers (the fleet then answers 404).
+	if _, err := s.owners.get(ctx, uuid.New(), id); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("another tenant sees the server: %v", err)
 	}
 }
