@@ -221,3 +221,23 @@ func serverActors(f *Fleet) []uuid.UUID {
 	}
 	return out
 }
+
+// A deregistration answers with the row's capability advertisement, which its commit returns (the
+// actor's own copy of the row is slim): the API answers it without reading the row again.
+func TestDeregistrationAnswersTheAdvertisement(t *testing.T) {
+	p := newPGFleet(t, 5*time.Second)
+	ctx := context.Background()
+	caps := []byte(`{"tools": [{"name": "ping"}]}`)
+	res, err := p.fleet.Register(ctx, RegisterRequest{TenantID: p.tenant, ModuleName: "m", Version: "1.0.0",
+		Protocols: []string{"2025-11-25"}, Capabilities: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := p.fleet.Deregister(ctx, p.tenant, res.Server.ServerID, carrier{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Status != health.Deregistered || string(srv.CapabilityAdvertisement) != string(caps) {
+		t.Fatalf("deregistration answered status %s, advertisement %q; want %q", srv.Status, srv.CapabilityAdvertisement, caps)
+	}
+}

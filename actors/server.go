@@ -401,7 +401,9 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 			return
 		}
 		a.applyTransition(ctx, t, cmd)
-		ctx.Send(sender, &deregisterReply{server: rec.row})
+		row := rec.row // the record's is slim; the answer carries what the commit returned
+		row.CapabilityAdvertisement = cmd.Advertisement
+		ctx.Send(sender, &deregisterReply{server: row})
 	})
 }
 

@@ -465,7 +465,9 @@ func deadHeartbeats(evt any) {
 	}
 }
 
-// Deregister marks serverID deregistered and its skills unavailable, durably, before it returns.
+// Deregister marks serverID deregistered and its skills unavailable, durably, before it returns. The
+// row it returns carries the capability advertisement when this call committed the deregistration (the
+// commit returns it); a server already deregistered is answered with the actor's slim row, without it.
 func (f *Fleet) Deregister(ctx context.Context, tenantID, serverID uuid.UUID, trc telemetry.Carrier) (persistence.Server, error) {
 	res, err := f.askServer(ctx, tenantID, serverID, &deregisterMsg{tenantID: tenantID, trace: trc, deadline: f.writeDeadline()})
 	if err != nil {

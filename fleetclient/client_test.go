@@ -102,6 +102,17 @@ func TestClientLifecycle(t *testing.T) {
 	if dereg.Status != fleetclient.StatusDeregistered || dereg.DeregisteredAt == nil {
 		t.Errorf("Deregister = %+v", dereg)
 	}
+	// The answer carries the advertisement: from the deregistration's commit the first time, read from
+	// the row when a repeated deregistration commits nothing.
+	twice, err := c.Deregister(ctx, reg.ServerID)
+	if err != nil {
+		t.Fatalf("Deregister again: %v", err)
+	}
+	for _, d := range []*fleetclient.Server{dereg, twice} {
+		if tools := d.CapabilityAdvertisement.Tools; len(tools) != 1 || tools[0].Name != "list_events" {
+			t.Errorf("Deregister answered the advertisement %+v", d.CapabilityAdvertisement)
+		}
+	}
 
 	_, err = c.Heartbeat(ctx, reg.ServerID)
 	if !fleetclient.IsDeregistered(err) {

@@ -404,9 +404,13 @@ func (s *Server) deregister(c *gin.Context, p persistence.Principal) error {
 	if err != nil {
 		return fleetError(err)
 	}
-	// The actor keeps a slim copy of the row; answer with the committed row when the database answers.
-	if full, err := s.store.GetServer(ctx, p.TenantID, id); err == nil {
-		srv = full
+	// The actor keeps a slim copy of the row, without the capability advertisement, which the
+	// deregistration's commit returns. A repeated deregistration (nothing committed) or a server that
+	// advertised nothing reads the committed row, when the database answers.
+	if srv.CapabilityAdvertisement == nil {
+		if full, err := s.store.GetServer(ctx, p.TenantID, id); err == nil {
+			srv = full
+		}
 	}
 	c.JSON(http.StatusOK, serverJSON(srv))
 	return nil

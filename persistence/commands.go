@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -377,6 +378,9 @@ type TransitionCmd struct {
 	FlapCount int
 
 	Applied bool // result: false if the event had already been applied
+	// Advertisement is a result: for an applied deregistration, the server's capability_advertisement
+	// (nil if it has none), so that the answer to a deregistration costs no read of the row.
+	Advertisement json.RawMessage
 }
 
 // Tenant implements Command.
@@ -398,14 +402,14 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 				deregistered_at = CASE WHEN $7 = 'deregistered' THEN $10::timestamptz ELSE deregistered_at END,
 				last_heartbeat_at = greatest(last_heartbeat_at, coalesce($11::timestamptz, last_heartbeat_at))
 			WHERE server_id = $4 AND EXISTS (SELECT 1 FROM audit)
-			RETURNING server_id
+			RETURNING server_id, CASE WHEN $7 = 'deregistered' THEN capability_advertisement END AS caps
 		), outbox AS (
 			INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
 			SELECT $1, $2, $4, $12::jsonb->>'kind', jsonb_set($12::jsonb, '{from}', to_jsonb(coalesce((SELECT status FROM cur), nullif($8, '')))), nullif($9, ''), $10, $10
 			WHERE $12::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM audit)
 			ON CONFLICT (event_id) DO NOTHING
 		)
-		SELECT (SELECT count(*) FROM audit), (SELECT count(*) FROM up)`,
+		SELECT (SELECT count(*) FROM audit), (SELECT count(*) FROM up), (SELECT caps FROM up)`,
 		c.EventID, c.TenantID, string(KindForTransition(c.To)), c.ServerID, c.ModuleName, c.Version, string(c.To),
 		string(c.From), c.TraceID, c.At, c.Evidence, nullJSON(payload))
 }
@@ -413,7 +417,7 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 // Read implements Command.
 func (c *TransitionCmd) Read(br pgx.BatchResults) error {
 	var audited, updated int
-	if err := br.QueryRow().Scan(&audited, &updated); err != nil {
+	if err := br.QueryRow().Scan(&audited, &updated, &c.Advertisement); err != nil {
 		return fmt.Errorf("transition: %w", translate(err))
 	}
 	c.Applied = audited == 1

@@ -60,7 +60,8 @@ func asTransition(c Command) (*TransitionCmd, Fence, bool) {
 }
 
 // setTransitionsSQL is the set's statement; its rows are, by n, whether the command's fence passed,
-// whether its event was written and whether its server's row was updated. It opens with its name, so
+// whether its event was written, whether its server's row was updated and, for a deregistration, the
+// server's capability advertisement (TransitionCmd.Advertisement). It opens with its name, so
 // pg_stat_activity (which shows a statement's first 1,024 bytes) tells it from a registration set.
 // Its servers' rows are locked first (locked), in server_id order — the order heartbeat stamps lock
 // them in (StampHeartbeatsFenced) — so a set and a stamp of the same servers in flight at once wait
@@ -91,7 +92,7 @@ const setTransitionsSQL = `/* transition set */ WITH v AS (
 				last_heartbeat_at = greatest(m.last_heartbeat_at, coalesce(v.evidence, m.last_heartbeat_at))
 			FROM audit JOIN v ON v.event_id = audit.event_id
 			WHERE m.server_id = v.server_id
-			RETURNING m.server_id
+			RETURNING m.server_id, CASE WHEN v.to_status = 'deregistered' THEN m.capability_advertisement END AS caps
 		), outbox AS (
 			INSERT INTO alert_outbox (event_id, tenant_id, server_id, kind, payload, trace_id, created_at, next_attempt_at)
 			SELECT v.event_id, $1, v.server_id, v.payload::jsonb->>'kind',
@@ -102,8 +103,8 @@ const setTransitionsSQL = `/* transition set */ WITH v AS (
 			ON CONFLICT (event_id) DO NOTHING
 		)
 		SELECT v.n, v.n IN (SELECT n FROM ok), v.event_id IN (SELECT event_id FROM audit),
-			v.server_id IN (SELECT server_id FROM up)
-		FROM v ORDER BY v.n`
+			u.server_id IS NOT NULL, u.caps
+		FROM v LEFT JOIN up u ON u.server_id = v.server_id ORDER BY v.n`
 
 // queue appends the set's statement to b.
 func (s *transitionSet) queue(b *pgx.Batch) {
@@ -140,7 +141,8 @@ func (s *transitionSet) read(br pgx.BatchResults) error {
 	for rows.Next() {
 		var n int
 		var fenceOK, audited, updated bool
-		if err := rows.Scan(&n, &fenceOK, &audited, &updated); err != nil {
+		var caps json.RawMessage
+		if err := rows.Scan(&n, &fenceOK, &audited, &updated, &caps); err != nil {
 			return fmt.Errorf("transition: %w", err)
 		}
 		i := n - 1
@@ -150,7 +152,7 @@ func (s *transitionSet) read(br pgx.BatchResults) error {
 		case audited && !updated:
 			missing = fmt.Errorf("transition: server %s: %w", s.cmds[i].ServerID, ErrNotFound)
 		default:
-			s.cmds[i].Applied = audited
+			s.cmds[i].Applied, s.cmds[i].Advertisement = audited, caps
 		}
 	}
 	if err := rows.Err(); err != nil {
