@@ -48,12 +48,11 @@ type fleetActor struct {
 	spent       map[uuid.UUID]bool         // the tenant's budget of periodStart is spent: refuse without asking
 }
 
-// fleetEntry is the fleet's own view of one server: what it was created with, and whether a
-// registration of it has committed (told by serverRegistered). rec is the server actor's: the fleet
-// passes it to each incarnation and never reads it (while dormant, before any incarnation, it may).
+// fleetEntry is the fleet's own view of one server: whether a registration of it has committed (told
+// by serverRegistered), its actor and its deadline bound. rec is the server actor's: the fleet passes it
+// to each incarnation and reads only what never changes after it made it (id, tenantID, key), or the
+// rest while dormant, before any incarnation. One is held per server: it is kept small (32 bytes).
 type fleetEntry struct {
-	tenantID   uuid.UUID
-	key        moduleKey
 	registered bool
 	// dormant: the server was loaded from PostgreSQL and nothing has needed its actor yet (see wake).
 	dormant bool
@@ -178,7 +177,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
-		known := ok && e.tenantID == msg.tenantID
+		known := ok && e.rec.tenantID == msg.tenantID
 		ctx.Respond(&lookupReply{known: known, woke: known && f.wake(ctx, msg.serverID, e)})
 	case *armMsg:
 		f.arm(msg)
@@ -258,7 +257,7 @@ func (f *fleetActor) restore(rec *serverRecord, arm *armLoaded) {
 }
 
 func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
-	e := &fleetEntry{tenantID: rec.tenantID, key: rec.key, registered: registered, rec: rec}
+	e := &fleetEntry{registered: registered, rec: rec}
 	f.entries[rec.id] = e
 	f.byModule[rec.key] = rec.id
 	f.tenants[rec.tenantID]++
@@ -299,7 +298,7 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	if e, ok := f.entries[msg.serverID]; ok && !e.registered {
 		delete(f.entries, msg.serverID)
 		f.deps.pids.forget(msg.serverID)
-		f.tenants[e.tenantID]--
+		f.tenants[e.rec.tenantID]--
 		if f.byModule[msg.key] == msg.serverID {
 			delete(f.byModule, msg.key)
 		}

@@ -22,12 +22,14 @@ import (
 
 // serverRecord is one server's state. The fleet creates it and hands it to every incarnation of the
 // server's actor (through the handover, handover.go), so a restarted or respawned actor resumes with its status and
-// its last evidence — its deadline — intact. After creation only the server actor reads or writes it;
-// the fleet keeps what it needs of it (tenant, module, registered) in its own fleetEntry, told by message.
+// its last evidence — its deadline — intact. After creation only the server actor reads or writes it,
+// except id, tenantID and key, which never change after the fleet made the record: the fleet reads
+// those (its fleetEntry does not copy them) and keeps what changes (registered) in its fleetEntry, told
+// by message.
 type serverRecord struct {
-	id       uuid.UUID
-	tenantID uuid.UUID
-	key      moduleKey
+	id       uuid.UUID // immutable
+	tenantID uuid.UUID // immutable
+	key      moduleKey // immutable
 
 	life lifecycle.Server   // the health state machine: status, evidence, pending transition, flaps
 	row  persistence.Server // the committed view of the row, for answers (row.Status == life.Status())

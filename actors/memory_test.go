@@ -1,0 +1,24 @@
+package actors
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// What the fleet holds per server is held 100,000 times and more (bench/REPORT.md, live heap per
+// server): a field added to these structs costs its size class's step per server, so the sizes are
+// pinned here (Go's size classes: 32 and 416 bytes). Raise a bound knowingly, never by accident.
+func TestPerServerStructsStayInTheirSizeClass(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		size, max uintptr
+	}{
+		{"fleetEntry", unsafe.Sizeof(fleetEntry{}), 32},
+		{"serverRecord", unsafe.Sizeof(serverRecord{}), 416},
+		{"serverActor", unsafe.Sizeof(serverActor{}), 80},
+	} {
+		if c.size > c.max {
+			t.Errorf("%s is %d bytes, more than the %d it is held to", c.name, c.size, c.max)
+		}
+	}
+}
