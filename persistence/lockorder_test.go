@@ -15,7 +15,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// Heartbeat stamps and transition sets both write many rows of mcp_servers in one statement. A bench
+// Heartbeat stamps and transition sets both write many rows of mcp_servers in one statement. A load run
 // with a deregistering fleet still heartbeating deadlocked them ten times in two minutes: each locked
 // the rows in its own order. Both now lock in server_id order. Each test holds the higher id's row in
 // another transaction and gives the write [higher, lower]: locking in id order, the write holds the
@@ -112,7 +112,7 @@ func TestTransitionSetLocksServersInIDOrder(t *testing.T) {
 }
 
 // The reconciliation skips a skill row another transaction holds instead of waiting for it (it cannot
-// then deadlock with the cascade it repairs, as it did in a bench), and repairs the row on its next run.
+// then deadlock with the cascade it repairs, as it did in a load run), and repairs the row on its next run.
 func TestReconcileSkipsHeldSkills(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
