@@ -318,9 +318,14 @@ func eventLockOrder(cmds []Command) []uuid.UUID {
 	for _, c := range cmds {
 		ts = append(ts, c.Tenant())
 	}
-	slices.SortFunc(ts, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(ts, compareIDs)
 	return slices.Compact(ts)
 }
+
+// compareIDs orders ids as PostgreSQL orders uuid values (bytewise): the order this package takes
+// locks in when a transaction takes several of one kind (eventLockOrder; the rows of a stamp,
+// StampHeartbeatsFenced).
+func compareIDs(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
 // AuditKind names one of the five audit kinds of DEC-2354.
 type AuditKind string

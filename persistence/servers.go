@@ -1,7 +1,6 @@
 package persistence
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -273,7 +272,7 @@ func (s *Store) StampHeartbeatsFenced(ctx context.Context, stamps []Stamp) ([]Fe
 	steps := make([]tenantStep, 0, len(byTenant))
 	var stale []Fence
 	for tenant, sts := range byTenant {
-		slices.SortStableFunc(sts, func(a, b Stamp) int { return bytes.Compare(a.ServerID[:], b.ServerID[:]) })
+		slices.SortFunc(sts, func(a, b Stamp) int { return compareIDs(a.ServerID, b.ServerID) })
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
 		shards := make([]int32, len(sts))
