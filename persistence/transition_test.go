@@ -177,3 +177,41 @@ func TestTransitionSetMissingServerFailsAlone(t *testing.T) {
 		t.Errorf("the missing server's transition: %v, want ErrNotFound", errs[1])
 	}
 }
+
+// A committed deregistration returns the server's capability advertisement, alone and in a set, so
+// its answer needs no read of the row; another transition, or a deregistration already applied, none.
+func TestDeregistrationReturnsTheAdvertisement(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	alone, inSet, sick := d.server(d.tenant, "a", health.Healthy, 0), d.server(d.tenant, "b", health.Healthy, 1), d.server(d.tenant, "c", health.Healthy, 2)
+	const caps = `{"tools": [{"name": "ping"}]}` // as jsonb prints it
+	if _, err := d.owner.Exec(ctx, `UPDATE mcp_servers SET capability_advertisement = $1::jsonb`, caps); err != nil {
+		t.Fatal(err)
+	}
+	deregistration := func(srv uuid.UUID) *persistence.TransitionCmd {
+		c := d.unhealthyCmd(srv)
+		c.To, c.AlertKind = health.Deregistered, ""
+		return c
+	}
+	a, b, c := deregistration(alone), deregistration(inSet), d.unhealthyCmd(sick)
+	if errs := d.store.Commit(ctx, []persistence.Command{a}); errs[0] != nil { // unfenced: applied alone
+		t.Fatal(errs[0])
+	}
+	set := []persistence.Command{persistence.WithFence(b, d.claim(inSet, "n1")), persistence.WithFence(c, d.claim(sick, "n1"))}
+	for i, err := range d.store.Commit(ctx, set) {
+		if err != nil {
+			t.Fatalf("set command %d: %v", i, err)
+		}
+	}
+	if string(a.Advertisement) != caps || string(b.Advertisement) != caps {
+		t.Fatalf("deregistrations returned %q (alone) and %q (in a set), want %q", a.Advertisement, b.Advertisement, caps)
+	}
+	if c.Advertisement != nil || !c.Applied {
+		t.Fatalf("a transition to unhealthy: applied %v, advertisement %q", c.Applied, c.Advertisement)
+	}
+	again := *a
+	again.Advertisement = nil
+	if errs := d.store.Commit(ctx, []persistence.Command{&again}); errs[0] != nil || again.Applied || again.Advertisement != nil {
+		t.Fatalf("a replayed deregistration: %v, applied %v, advertisement %q", errs[0], again.Applied, again.Advertisement)
+	}
+}
