@@ -7,9 +7,8 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"strings"
+	"os"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -18,8 +17,8 @@ import (
 )
 
 // TraceConfig configures tracing. Export is on when an OTLP endpoint is configured through the
-// standard OTEL_* variables (the exporter reads them itself, and the batch span processor its
-// OTEL_BSP_* ones) or given as Endpoint. With export off, spans are not recorded but trace ids are
+// standard OTEL_* variables (the exporter reads the OTEL_EXPORTER_OTLP_* ones, see otlpConfigFromEnv,
+// and the batch span processor its OTEL_BSP_* ones) or given as Endpoint. With export off, spans are not recorded but trace ids are
 // still made and propagated, so the registration's trace_id, audit events and alerts carry one either
 // way.
 type TraceConfig struct {
@@ -57,15 +56,11 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 				return nil, fmt.Errorf("tracing: %w", err)
 			}
 		}
-		var eopts []otlptracehttp.Option
-		if cfg.Endpoint != "" {
-			eopts = append(eopts, otlptracehttp.WithEndpointURL(strings.TrimRight(cfg.Endpoint, "/")+"/v1/traces"))
-		}
-		exp, err := otlptracehttp.New(ctx, eopts...)
+		ecfg, err := otlpConfigFromEnv(os.Getenv, cfg.Endpoint)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
+		opts = append(opts, sdktrace.WithBatcher(newOTLPExporter(ecfg)), sdktrace.WithSampler(sampler))
 	} else {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
