@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/attribute"
@@ -59,19 +60,35 @@ func tracing(tp trace.TracerProvider, prop propagation.TextMapPropagator, names 
 		orig := c.Request
 		ctx := prop.Extract(orig.Context(), canonicalCarrier(orig.Header))
 		ctx, span := tracer.Start(ctx, names.name(orig.Method, route), opts...)
-		recording := span.IsRecording()
-		if recording {
-			span.SetAttributes(requestAttrs(c, route)...)
-		}
 		c.Request = orig.WithContext(ctx)
-		defer func() { c.Request = orig }() // the middleware outside (observe) sees the request it passed in
-		defer span.End()
-		c.Next()
-		if recording {
-			endAttrs(span, c)
+		if !span.IsRecording() {
+			defer func() { c.Request = orig }() // the middleware outside (observe) sees the request it passed in
+			defer span.End()
+			c.Next()
+			return
 		}
+		// A recorded span gets all its attributes in one SetAttributes, from a pooled slice: the SDK
+		// copies them into one slice of its own, instead of growing it once per call.
+		attrs := spanAttrs.Get().(*[]attribute.KeyValue)
+		*attrs = requestAttrs((*attrs)[:0], c, route)
+		answered := false
+		defer func() {
+			if answered {
+				*attrs = endAttrs(*attrs, span, c)
+			}
+			span.SetAttributes(*attrs...)
+			clear(*attrs)
+			spanAttrs.Put(attrs)
+			span.End()
+			c.Request = orig
+		}()
+		c.Next()
+		answered = true
 	}
 }
+
+// spanAttrs holds the scratch slices of recorded spans' attributes.
+var spanAttrs = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 16); return &s }}
 
 // spanNames holds the span name of each method and route, built once (so a request does not
 // concatenate its span's name): method + " " + route as otelgin named them, the method alone for a
@@ -116,10 +133,9 @@ func knownMethod(m string) bool {
 	return false
 }
 
-// requestAttrs are the request's HTTP server attributes, for a recorded span.
-func requestAttrs(c *gin.Context, route string) []attribute.KeyValue {
+// requestAttrs appends the request's HTTP server attributes, for a recorded span, to attrs.
+func requestAttrs(attrs []attribute.KeyValue, c *gin.Context, route string) []attribute.KeyValue {
 	req := c.Request
-	attrs := make([]attribute.KeyValue, 0, 14)
 	if knownMethod(req.Method) {
 		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(req.Method))
 	} else {
@@ -160,11 +176,11 @@ func requestAttrs(c *gin.Context, route string) []attribute.KeyValue {
 	return attrs
 }
 
-// endAttrs records the answer on a recorded span: status code, body size, and an error status for a
-// 5xx or for errors gin collected (each also recorded as an event).
-func endAttrs(span trace.Span, c *gin.Context) {
+// endAttrs records the answer on a recorded span: appends the status code and body size to attrs,
+// and sets an error status for a 5xx or for errors gin collected (each also recorded as an event).
+func endAttrs(attrs []attribute.KeyValue, span trace.Span, c *gin.Context) []attribute.KeyValue {
 	status := c.Writer.Status()
-	span.SetAttributes(semconv.HTTPResponseStatusCode(status), semconv.HTTPResponseBodySize(max(c.Writer.Size(), 0)))
+	attrs = append(attrs, semconv.HTTPResponseStatusCode(status), semconv.HTTPResponseBodySize(max(c.Writer.Size(), 0)))
 	if status >= 500 || status < 100 {
 		span.SetStatus(codes.Error, "")
 	}
@@ -174,6 +190,7 @@ func endAttrs(span trace.Span, c *gin.Context) {
 			span.RecordError(err.Err)
 		}
 	}
+	return attrs
 }
 
 // canonicalCarrier is propagation.HeaderCarrier without the allocation of canonicalising the W3C

@@ -256,6 +256,41 @@ func TestTracingSampledChild(t *testing.T) {
 	}
 }
 
+// TestTracingSampledAttributesArePerRequest: the attributes of recorded spans are collected in pooled
+// slices; each span gets exactly its own request's, none left over from an earlier one, and a request
+// whose handler panics still gets its request attributes (not an answer it never gave).
+func TestTracingSampledAttributesArePerRequest(t *testing.T) {
+	tp, rec := newProvider(sdktrace.AlwaysSample())
+	h := tracedEngine(newTracing(tp), nil)
+	panicky := gin.New()
+	panicky.Use(gin.CustomRecovery(func(c *gin.Context, _ any) { c.AbortWithStatus(http.StatusInternalServerError) }))
+	names := &spanNames{}
+	panicky.Use(tracing(tp, testPropagator, names))
+	panicky.POST(heartbeatRoute, func(*gin.Context) { panic("handler bug") })
+	names.add(panicky.Routes())
+
+	serve(h, "POST", heartbeatRoute+"?fail=1", "User-Agent", "first/1")
+	serve(h, "POST", heartbeatRoute)
+	serve(panicky, "POST", heartbeatRoute, "User-Agent", "third/3")
+	spans := rec.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3", len(spans))
+	}
+	first, second, third := attrsOf(spans[0]), attrsOf(spans[1]), attrsOf(spans[2])
+	if first["user_agent.original"].AsString() != "first/1" || first["http.response.status_code"].AsInt64() != 503 {
+		t.Errorf("first span's attributes %v", first)
+	}
+	if _, ok := second["user_agent.original"]; ok || second["http.response.status_code"].AsInt64() != 200 {
+		t.Errorf("second span's attributes %v: want its own answer and no user agent (it sent none)", second)
+	}
+	if len(spans[1].Attributes()) != len(second) {
+		t.Errorf("second span has %d attributes, %d distinct: a duplicate from an earlier request", len(spans[1].Attributes()), len(second))
+	}
+	if _, ok := third["http.response.status_code"]; ok || third["user_agent.original"].AsString() != "third/3" || third["http.route"].AsString() != heartbeatRoute {
+		t.Errorf("panicking request's attributes %v: want the request's, no status code", third)
+	}
+}
+
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
