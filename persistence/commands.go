@@ -166,8 +166,13 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		}
 		steps = append(steps, st)
 	}
+	// The tenants' steps in tenant id order, each tenant's in command order: a transaction that writes
+	// the servers of several tenants locks them tenant by tenant in the one order every such
+	// transaction uses (the heartbeat stamps', StampHeartbeatsFenced), so two of them cannot wait for
+	// each other across tenants. Tenants share no rows; refusals are by command, not by step.
+	slices.SortStableFunc(steps, func(a, b tenantStep) int { return compareIDs(a.tenant, b.tenant) })
 	// Every tenant's audit event lock first, in one order (see eventLockOrder), as part of the first
-	// command's step.
+	// step.
 	first0 := steps[0]
 	steps[0].queue = func(b *pgx.Batch) {
 		b.Queue(`SELECT event_seq_lock('audit', t) FROM unnest($1::uuid[]) WITH ORDINALITY AS l(t, n) ORDER BY n`, eventLockOrder(cmds))
@@ -324,7 +329,7 @@ func eventLockOrder(cmds []Command) []uuid.UUID {
 
 // compareIDs orders ids as PostgreSQL orders uuid values (bytewise): the order this package takes
 // locks in when a transaction takes several of one kind (eventLockOrder; the rows of a stamp,
-// StampHeartbeatsFenced).
+// StampHeartbeatsFenced; the tenants of a group commit or a stamp).
 func compareIDs(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
 // AuditKind names one of the five audit kinds of DEC-2354.

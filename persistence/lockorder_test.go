@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func (d *dash) lockedPair() (lo, hi uuid.UUID, hold pgx.Tx) {
 
 // heldByAnother reports whether the row of srv is locked by another transaction, asked from hold
 // (which is aborted by the answer yes, and rolled back).
-func heldByAnother(t *testing.T, hold pgx.Tx, srv uuid.UUID) bool {
+func heldByAnother(t testing.TB, hold pgx.Tx, srv uuid.UUID) bool {
 	t.Helper()
 	_, err := hold.Exec(context.Background(), `SELECT 1 FROM mcp_servers WHERE server_id = $1 FOR UPDATE NOWAIT`, srv)
 	var pgErr *pgconn.PgError
@@ -152,5 +154,107 @@ func TestReconcileSkipsHeldSkills(t *testing.T) {
 	}
 	if n, err := d.store.ReconcileSkills(ctx, d.tenant); err != nil || n != 1 {
 		t.Fatalf("the next reconciliation repaired %d, %v; want the skipped skill", n, err)
+	}
+}
+
+// The same holds across tenants: a stamp and a group commit write the servers of several tenants
+// tenant by tenant, in tenant id order (a stamp's tenants came out of a map, a commit's in command
+// order, and one of each could wait for the other's rows). Each test holds the row of the highest
+// tenant's server and gives the write its tenants in another order: the write must hold the lower
+// tenants' rows while it waits.
+
+// tenantServers returns n tenants (d.tenant among them) in id order and a healthy server of each,
+// with a transaction of the owner that holds the last one's row.
+func (d *dash) tenantServers(n int) (tenants, servers []uuid.UUID, hold pgx.Tx) {
+	d.t.Helper()
+	ctx := context.Background()
+	tenants = []uuid.UUID{d.tenant}
+	for len(tenants) < n {
+		tenants = append(tenants, d.newTenant(fmt.Sprintf("t%d", len(tenants))))
+	}
+	slices.SortFunc(tenants, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	for i, tn := range tenants {
+		servers = append(servers, d.server(tn, "m", health.Healthy, i))
+	}
+	hold, err := d.owner.Begin(ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = hold.Rollback(ctx) })
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM mcp_servers WHERE server_id = $1 FOR UPDATE`, servers[n-1]); err != nil {
+		d.t.Fatal(err)
+	}
+	return tenants, servers, hold
+}
+
+// lockedElsewhere reports whether srv's row is locked by a transaction, asked from a new one.
+func (d *dash) lockedElsewhere(srv uuid.UUID) bool {
+	d.t.Helper()
+	ctx := context.Background()
+	probe, err := d.owner.Begin(ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer func() { _ = probe.Rollback(ctx) }()
+	return heldByAnother(d.t, probe, srv)
+}
+
+func TestStampsLockTenantsInIDOrder(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	const n = 8 // a stamp in a random tenant order locks the highest last 1 time in 8
+	tenants, servers, hold := d.tenantServers(n)
+	at := t0.Add(time.Hour)
+	var stamps []persistence.Stamp
+	for i := n - 1; i >= 0; i-- {
+		stamps = append(stamps, persistence.Stamp{TenantID: tenants[i], ServerID: servers[i], At: at})
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.store.StampHeartbeatsFenced(ctx, stamps)
+		done <- err
+	}()
+	d.waitForLockWait(`WITH v AS (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]%`)
+	for i := range n - 1 {
+		if !d.lockedElsewhere(servers[i]) {
+			t.Fatalf("the stamp waits for the highest tenant's server without holding tenant %d of %d's: it locks tenants out of id order", i+1, n)
+		}
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c := d.count(`SELECT count(*) FROM mcp_servers WHERE last_heartbeat_at = $1`, at); c != n {
+		t.Fatalf("%d of %d stamps landed", c, n)
+	}
+}
+
+func TestGroupCommitLocksTenantsInIDOrder(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	tenants, servers, hold := d.tenantServers(2)
+	cmd := func(i int) persistence.Command {
+		c := d.unhealthyCmd(servers[i])
+		c.TenantID = tenants[i]
+		return persistence.WithFence(c, d.claim(servers[i], "n1"))
+	}
+	done := make(chan []error, 1)
+	go func() { done <- d.store.Commit(ctx, []persistence.Command{cmd(1), cmd(0)}) }() // the higher tenant's first
+	d.waitForLockWait(`/* transition set */%`)
+	if !d.lockedElsewhere(servers[0]) {
+		t.Fatal("the commit waits for the higher tenant's server without holding the lower one's: it locks tenants in command order")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range <-done {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	if c := d.count(`SELECT count(*) FROM mcp_servers WHERE server_id = ANY($1) AND status = 'unhealthy'`, servers); c != 2 {
+		t.Fatalf("%d of 2 servers unhealthy", c)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -269,9 +270,13 @@ func (s *Store) StampHeartbeatsFenced(ctx context.Context, stamps []Stamp) ([]Fe
 	for _, st := range stamps {
 		byTenant[st.TenantID] = append(byTenant[st.TenantID], st)
 	}
+	// Tenant by tenant in id order, each tenant's servers in id order: the order of a group commit too
+	// (commitGroup), so a stamp and a commit never wait for each other's rows in a cycle across tenants.
+	tenants := slices.SortedFunc(maps.Keys(byTenant), compareIDs)
 	steps := make([]tenantStep, 0, len(byTenant))
 	var stale []Fence
-	for tenant, sts := range byTenant {
+	for _, tenant := range tenants {
+		sts := byTenant[tenant]
 		slices.SortFunc(sts, func(a, b Stamp) int { return compareIDs(a.ServerID, b.ServerID) })
 		ids := make([]uuid.UUID, len(sts))
 		ats := make([]time.Time, len(sts))
