@@ -38,3 +38,26 @@ func TestTraceSamplerConfiguration(t *testing.T) {
 		t.Fatalf("error %q does not name OTEL_TRACES_SAMPLER", err)
 	}
 }
+
+// A bad exporter variable stops the start with a message naming it, instead of exporting without it
+// (the SDK's exporter logged and went on).
+func TestTraceExporterConfiguration(t *testing.T) {
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+	cfg, err := service.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.New(t)
+	cfg.DatabaseURL, cfg.HTTPAddr = db.AppURL, "127.0.0.1:0"
+	// The exporter reads its variables from the process's environment, as the SDK's did.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization") // no value
+	svc, err := service.Start(context.Background(), cfg, service.Options{ManualMonitor: true})
+	if err == nil {
+		_ = svc.Close(context.Background())
+		t.Fatal("the service started with OTEL_EXPORTER_OTLP_HEADERS=authorization")
+	}
+	if !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_HEADERS") {
+		t.Fatalf("error %q does not name OTEL_EXPORTER_OTLP_HEADERS", err)
+	}
+}
