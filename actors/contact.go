@@ -7,7 +7,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/telemetry"
@@ -64,8 +63,7 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 		ctx.Send(sender, &contactReply{status: health.Healthy})
 		return
 	}
-	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.recover", trace.WithAttributes(
-		append(a.transitionAttrs(t.From, t.To), attribute.String("mcpfleet.evidence", "contact"))...))
+	span := a.startStatusSpan(msg.trace.Context(), "server.recover", t.From, t.To, attribute.String("mcpfleet.evidence", "contact"))
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
 	a.persist(ctx, cmd, cascadeOf(t), msg.trace, msg.deadline, func(ctx actor.Context, err error) {

@@ -365,7 +365,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 		return
 	}
 	// Recovery on heartbeat (DEC-2353): durable before it is acknowledged.
-	_, span := a.deps.tracer.Start(hbc.Context(), "server.recover", trace.WithAttributes(a.transitionAttrs(t.From, t.To)...))
+	span := a.startStatusSpan(hbc.Context(), "server.recover", t.From, t.To)
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
 	cmd.Evidence = &wall
@@ -392,7 +392,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 		ctx.Send(sender, &deregisterReply{server: rec.row}) // idempotent
 		return
 	}
-	_, span := a.deps.tracer.Start(msg.trace.Context(), "server.deregister", trace.WithAttributes(a.transitionAttrs(t.From, t.To)...))
+	span := a.startStatusSpan(msg.trace.Context(), "server.deregister", t.From, t.To)
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
 	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
@@ -453,13 +453,7 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 	rec := a.rec
 	// A monitor-driven transition has no request behind it: it starts its own trace, linked to the
 	// server's last heartbeat and its registration.
-	var links []trace.Link
-	for _, l := range []link{rec.lastHeartbeatTrace, rec.registrationTrace} {
-		if sc := l.spanContext(); sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
-	}
-	span := a.startTransitionSpan(t, links)
+	span := a.startTransitionSpan(t)
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 	if !t.Retry {
 		t.TraceID = carrier.TraceID()

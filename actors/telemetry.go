@@ -83,24 +83,50 @@ var statusAttr = func() map[health.Status]attribute.KeyValue {
 	return m
 }()
 
-// startTransitionSpan starts the span of a monitor-driven transition t. A new decision is a new root
-// whose span id is derived from its event id (so alert.deliver, maybe in a later process, can name it as
-// parent); a decision that repeats a pending one whose commit answer was lost (t.Retry: same event id)
-// is a child of that one's span, in its trace.
-func (a *serverActor) startTransitionSpan(t *lifecycle.Transition, links []trace.Link) trace.Span {
-	opts := []trace.SpanStartOption{trace.WithLinks(links...),
-		trace.WithAttributes(a.transitionAttrs(t.From, t.To)...),
-		trace.WithAttributes(attribute.Int64("mcpfleet.lag_ms", t.Lag.Milliseconds()))}
-	if t.Retry {
-		if pc := telemetry.EventCarrier(t.TraceID, t.EventID); pc.SpanContext.IsValid() {
-			_, span := a.deps.tracer.Start(pc.Context(), telemetry.AlwaysSampledSpan,
-				append(opts, trace.WithAttributes(attribute.Bool("mcpfleet.retry", true)))...)
-			return span
+// startTransitionSpan starts the span of a monitor-driven transition t, linked to the server's last
+// heartbeat and its registration. A new decision is a new root whose span id is derived from its event
+// id (so alert.deliver, maybe in a later process, can name it as parent); a decision that repeats a
+// pending one whose commit answer was lost (t.Retry: same event id) is a child of that one's span, in
+// its trace. Links and attributes are added only to a recorded span (see startStatusSpan).
+func (a *serverActor) startTransitionSpan(t *lifecycle.Transition) trace.Span {
+	lag := attribute.Int64("mcpfleet.lag_ms", t.Lag.Milliseconds())
+	var span trace.Span
+	if pc := retryCarrier(t); pc.SpanContext.IsValid() {
+		span = a.startStatusSpan(pc.Context(), telemetry.AlwaysSampledSpan, t.From, t.To, lag, attribute.Bool("mcpfleet.retry", true))
+	} else {
+		// A root: the background context has no parent (trace.WithNewRoot would defeat WithSpanID).
+		ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(t.EventID))
+		span = a.startStatusSpan(ctx, telemetry.AlwaysSampledSpan, t.From, t.To, lag)
+	}
+	if span.IsRecording() {
+		for _, l := range []link{a.rec.lastHeartbeatTrace, a.rec.registrationTrace} {
+			if sc := l.spanContext(); sc.IsValid() {
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
 		}
 	}
-	// A root: the background context has no parent (trace.WithNewRoot would defeat WithSpanID).
-	ctx := telemetry.WithSpanID(context.Background(), telemetry.SpanIDFor(t.EventID))
-	_, span := a.deps.tracer.Start(ctx, telemetry.AlwaysSampledSpan, opts...)
+	return span
+}
+
+// retryCarrier is the span of the decision a retried transition repeats; the zero Carrier if t is not
+// a retry.
+func retryCarrier(t *lifecycle.Transition) telemetry.Carrier {
+	if !t.Retry {
+		return telemetry.Carrier{}
+	}
+	return telemetry.EventCarrier(t.TraceID, t.EventID)
+}
+
+// startStatusSpan starts span name under parent for a status change from → to of this server, with
+// the server's identity, the change and extra as attributes, set only if the span is recorded: the
+// sampler decides without them (by name and parent), and building them (the ids' strings) was most of
+// what a transition's tracing cost with nothing exported — a tenth of the service's CPU while a fleet
+// went unhealthy at once.
+func (a *serverActor) startStatusSpan(parent context.Context, name string, from, to health.Status, extra ...attribute.KeyValue) trace.Span {
+	_, span := a.deps.tracer.Start(parent, name)
+	if span.IsRecording() {
+		span.SetAttributes(append(a.transitionAttrs(from, to), extra...)...)
+	}
 	return span
 }
 
