@@ -48,6 +48,7 @@ type serverDeps struct {
 	tracer       trace.Tracer
 	metrics      *telemetry.Metrics
 	writer       *actor.PID
+	writeQueue   *writeQueue // the writer's queue length, to refuse at the door what it would refuse
 	stamper      *actor.PID
 	skills       *actor.PID
 	alerts       *actor.PID
@@ -214,8 +215,13 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 		done(ctx, errNotHeld(fence.Shard))
 		return
 	}
+	admission := isAdmission(cmd, &a.rec.life)
+	if err := a.deps.writeQueue.refusal(admission); err != nil {
+		done(ctx, err) // what the writer would answer, without the round trip (see writeQueue)
+		return
+	}
 	a.busy = true
-	req := &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc, admission: isAdmission(cmd, &a.rec.life)}
+	req := &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc, admission: admission}
 	fut := ctx.RequestFuture(a.deps.writer, req, time.Until(deadline)+2*time.Second)
 	ctx.ReenterAfter(fut, func(res any, err error) {
 		if err == nil {

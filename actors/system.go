@@ -275,10 +275,13 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	}
 	epochs := &epochCounter{}
 	f.workers = newWorkers(defaultWorkers())
-	if f.writer, err = spawn("writer", newWriterProps(store, log, writerConfig{
+	wcfg := writerConfig{
 		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
 		commitTimeout: cfg.WriteTimeout, tel: t,
-	}, epochs)); err != nil {
+	}
+	queue := &writeQueue{cfg: wcfg}
+	wcfg.queue = queue
+	if f.writer, err = spawn("writer", newWriterProps(store, log, wcfg, epochs)); err != nil {
 		return err
 	}
 	fleetPID := &atomic.Pointer[actor.PID]{}
@@ -296,6 +299,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
+		writeQueue: queue,
 	}
 	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps

@@ -71,6 +71,7 @@ type writerConfig struct {
 	maxPending    int           // queued requests before back-pressure
 	retryBackoff  time.Duration // first retry delay for transient failures
 	commitTimeout time.Duration
+	queue         *writeQueue // where the queue length is published; nil: nowhere
 }
 
 // admissionLimit is the queue length from which new work is refused: half of maxPending. A fleet-wide
@@ -79,6 +80,38 @@ type writerConfig struct {
 // modules are alive unhealthy. With it, registrations are told to retry (503 with Retry-After) while the
 // queue still has room for every server's evidence.
 func (c writerConfig) admissionLimit() int { return max(1, c.maxPending/2) }
+
+// refusal is the writer's answer to a request arriving with queued requests already pending: nil
+// (taken), or why it is refused — new work (admission) past admissionLimit, anything past maxPending.
+func (c writerConfig) refusal(queued int, admission bool) error {
+	if admission && queued >= c.admissionLimit() {
+		return fmt.Errorf("%w: write queue half full: new registrations wait", ErrUnavailable)
+	}
+	if queued >= c.maxPending {
+		return fmt.Errorf("%w: write queue full", ErrUnavailable)
+	}
+	return nil
+}
+
+// writeQueue publishes the writer's queue length, after every message it handles, so that a server
+// actor refuses at its door a write the writer would refuse (writerConfig.refusal) without building
+// the request, its future and its answer. It matters when the queue stays full: a fleet gone silent at
+// once decides its transitions again at every monitor tick, and each refused round trip to the writer
+// cost more than the decision (a load run spent most of the service's CPU on them). The length read
+// may be a message old; the writer still decides.
+type writeQueue struct {
+	cfg    writerConfig
+	queued atomic.Int64
+}
+
+// refusal is the writer's likely answer to a request sent now (see writerConfig.refusal); nil for a
+// nil queue.
+func (q *writeQueue) refusal(admission bool) error {
+	if q == nil {
+		return nil
+	}
+	return q.cfg.refusal(int(q.queued.Load()), admission)
+}
 
 type queuedWrite struct {
 	req    *writeRequest
@@ -97,12 +130,8 @@ func (w *writer) Receive(ctx actor.Context) {
 	handleChaos(ctx)
 	switch msg := ctx.Message().(type) {
 	case *writeRequest:
-		if msg.admission && len(w.pending) >= w.cfg.admissionLimit() {
-			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), fmt.Errorf("%w: write queue half full: new registrations wait", ErrUnavailable))})
-			return
-		}
-		if len(w.pending) >= w.cfg.maxPending {
-			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), fmt.Errorf("%w: write queue full", ErrUnavailable))})
+		if err := w.cfg.refusal(len(w.pending), msg.admission); err != nil {
+			ctx.Respond(&writeResult{errs: repeatErr(len(msg.cmds), err)})
 			return
 		}
 		w.pending = append(w.pending, queuedWrite{req: msg, sender: ctx.Sender()})
@@ -123,6 +152,9 @@ func (w *writer) Receive(ctx actor.Context) {
 		w.failPending(ctx, "writer stopping")
 	}
 	w.cfg.tel.metrics.Backlog(telemetryWriterCommands, len(w.pending))
+	if w.cfg.queue != nil {
+		w.cfg.queue.queued.Store(int64(len(w.pending)))
+	}
 }
 
 func (w *writer) answerDrainers(ctx actor.Context) {

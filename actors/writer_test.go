@@ -156,3 +156,38 @@ func TestOnlyFirstRegistrationsAreAdmissions(t *testing.T) {
 		}
 	}
 }
+
+// The writer's refusal rule: new work past half the queue, anything past all of it.
+func TestWriterRefusal(t *testing.T) {
+	cfg := writerConfig{maxPending: 4}
+	for _, c := range []struct {
+		queued    int
+		admission bool
+		want      string
+	}{
+		{0, true, ""}, {1, true, ""}, {2, true, "half full"}, {3, false, ""}, {4, false, "queue full"}, {9, true, "half full"},
+	} {
+		err := cfg.refusal(c.queued, c.admission)
+		if (c.want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrUnavailable))) {
+			t.Errorf("refusal(%d, admission %v) = %v, want %q", c.queued, c.admission, err, c.want)
+		}
+	}
+}
+
+// With the writer's queue published full, a server refuses its write at the door as the writer would:
+// a monitor transition reaches no store and is decided again at the next tick, once there is room.
+func TestFullWriteQueueRefusesAtTheDoor(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	q := h.fleet.sdeps.writeQueue
+	q.queued.Store(int64(q.cfg.maxPending)) // as the writer publishes it when full; it is idle, so it stays
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v committed through a full queue", got)
+	}
+	q.queued.Store(0)
+	h.clock.Advance(3 * testH)
+	h.monitor()
+	wantStatuses(t, h.statuses(id), health.Unhealthy)
+}
