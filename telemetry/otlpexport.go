@@ -80,31 +80,26 @@ func otlpConfigFromEnv(getenv func(string) string, endpoint string) (otlpConfig,
 	}
 	cfg := otlpConfig{headers: http.Header{}, timeout: otlpTimeout}
 
-	base, name := endpoint, "the trace endpoint"
-	traces := ""
-	if base == "" {
-		traces, name = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-		if traces == "" {
-			base, name = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")), "OTEL_EXPORTER_OTLP_ENDPOINT"
+	// The traces URL: endpoint or OTEL_EXPORTER_OTLP_ENDPOINT is a base URL, the per-signal variable is
+	// the URL as it is.
+	raw, name, asIs := endpoint, "the trace endpoint", false
+	if raw == "" {
+		if v := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); v != "" {
+			raw, name, asIs = v, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true
+		} else if v := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); v != "" {
+			raw, name = v, "OTEL_EXPORTER_OTLP_ENDPOINT"
+		} else {
+			raw = "http://localhost:4318" // the SDK's default
 		}
-	}
-	raw := traces
-	if raw == "" {
-		raw = base
-	}
-	if raw == "" {
-		base = "http://localhost:4318" // the SDK's default
-		raw = base
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return otlpConfig{}, fmt.Errorf("%s %q: want an http:// or https:// URL", name, raw)
 	}
-	switch {
-	case traces != "" && u.Path == "":
-		u.Path = "/"
-	case traces == "":
+	if !asIs {
 		u.Path = path.Join("/", u.Path, "v1/traces")
+	} else if u.Path == "" {
+		u.Path = "/"
 	}
 	cfg.url = u.String()
 
@@ -200,9 +195,7 @@ func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 		_ = e.zw.Close()
 		body = e.zbuf.Bytes()
 	}
-	if cap(e.buf) > 16<<20 {
-		defer func() { e.buf = nil }() // one huge batch does not pin its buffer forever
-	}
+	defer e.release()
 	start := time.Now()
 	pause := otlpRetryFirst
 	for {
@@ -224,6 +217,20 @@ func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 		case <-t.C:
 		}
 		pause = min(pause*2, otlpRetryMax)
+	}
+}
+
+// maxKeptBuffer is the largest encoding buffer kept for the next batch: one batch of huge spans does
+// not pin its memory for the exporter's life.
+const maxKeptBuffer = 16 << 20
+
+// release drops the buffers a batch grew past maxKeptBuffer.
+func (e *otlpExporter) release() {
+	if cap(e.buf) > maxKeptBuffer {
+		e.buf = nil
+	}
+	if e.zbuf.Cap() > maxKeptBuffer {
+		e.zbuf = bytes.Buffer{}
 	}
 }
 

@@ -224,6 +224,45 @@ func TestExporterRetriesWhatTheCollectorCouldNotTake(t *testing.T) {
 	}
 }
 
+// A batch that grew the exporter's buffers past maxKeptBuffer does not leave them pinned; an ordinary
+// one keeps them for the next batch.
+func TestExporterDropsHugeBuffers(t *testing.T) {
+	c := newCollector(t)
+	e := newOTLPExporter(otlpConfig{url: c.URL, timeout: 5 * time.Second, gzip: true})
+	small := testSpans(t)[:1]
+	if err := e.ExportSpans(context.Background(), small); err != nil {
+		t.Fatal(err)
+	}
+	if e.buf == nil || e.zbuf.Cap() == 0 {
+		t.Fatal("an ordinary batch's buffers were not kept")
+	}
+	huge := []sdktrace.ReadOnlySpan{&incompressible{ReadOnlySpan: tracetest.SpanStub{Name: "huge"}.Snapshot()}}
+	if err := e.ExportSpans(context.Background(), huge); err != nil {
+		t.Fatal(err)
+	}
+	if e.buf != nil || e.zbuf.Cap() > maxKeptBuffer {
+		t.Errorf("after a %d-byte batch the exporter keeps %d + %d bytes of buffers", maxKeptBuffer+1, cap(e.buf), e.zbuf.Cap())
+	}
+	if bodies, _ := c.requests(); len(bodies) != 2 || len(bodies[1]) <= maxKeptBuffer {
+		t.Errorf("the huge batch was not sent whole")
+	}
+}
+
+// incompressible gives a span an attribute gzip cannot shrink, so the compressed buffer grows too.
+type incompressible struct{ sdktrace.ReadOnlySpan }
+
+func (s *incompressible) Attributes() []attribute.KeyValue {
+	b := make([]byte, maxKeptBuffer+1)
+	x := uint32(1)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return []attribute.KeyValue{attribute.String("blob", string(b))}
+}
+
 func TestOTLPConfigFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		name     string
