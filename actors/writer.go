@@ -29,6 +29,9 @@ type writer struct {
 	pending  []queuedWrite
 	flushing bool
 	drainers []*actor.PID
+	// published is the queue length last stored in cfg.queue: the writer stores only a change, so an
+	// idle writer never writes the shared word the server actors read.
+	published int
 	// commitNanos is a moving average of how long a successful group commit has taken lately (commitBatch's,
 	// one at a time): a request with less time left than twice that is not put into a transaction (budget).
 	commitNanos atomic.Int64
@@ -93,7 +96,7 @@ func (c writerConfig) refusal(queued int, admission bool) error {
 	return nil
 }
 
-// writeQueue publishes the writer's queue length, after every message it handles, so that a server
+// writeQueue publishes the writer's queue length, after every message that changes it, so that a server
 // actor refuses at its door a write the writer would refuse (writerConfig.refusal) without building
 // the request, its future and its answer. It matters when the queue stays full: a fleet gone silent at
 // once decides its transitions again at every monitor tick, and each refused round trip to the writer
@@ -152,8 +155,9 @@ func (w *writer) Receive(ctx actor.Context) {
 		w.failPending(ctx, "writer stopping")
 	}
 	w.cfg.tel.metrics.Backlog(telemetryWriterCommands, len(w.pending))
-	if w.cfg.queue != nil {
-		w.cfg.queue.queued.Store(int64(len(w.pending)))
+	if w.cfg.queue != nil && len(w.pending) != w.published {
+		w.published = len(w.pending)
+		w.cfg.queue.queued.Store(int64(w.published))
 	}
 }
 

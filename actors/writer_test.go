@@ -180,7 +180,12 @@ func TestFullWriteQueueRefusesAtTheDoor(t *testing.T) {
 	h := newHarness(t, nil)
 	id := h.register("a")
 	q := h.fleet.sdeps.writeQueue
-	q.queued.Store(int64(q.cfg.maxPending)) // as the writer publishes it when full; it is idle, so it stays
+	// Once the registration's flush is done the writer is idle and its queue length unchanged, so it
+	// does not store again: the length set here, as the writer publishes it when full, stays.
+	if _, err := h.fleet.ask(context.Background(), h.fleet.writer, &drainMsg{}); err != nil {
+		t.Fatal(err)
+	}
+	q.queued.Store(int64(q.cfg.maxPending))
 	h.clock.Advance(3 * testH)
 	h.monitor()
 	if got := h.statuses(id); len(got) != 0 {
