@@ -121,7 +121,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 			ss := joinSet(sets, rc, fence, i)
 			if ss.step < 0 {
 				ss.step = len(steps)
-				steps = append(steps, tenantStep{tenant: rc.TenantID, queue: ss.set.queue, read: ss.read(refusals)})
+				steps = append(steps, tenantStep{tenant: rc.TenantID, queue: ss.set.queue, read: ss.read(refusals), genericPlans: true})
 			}
 			if span != nil {
 				steps[ss.step].spans = append(steps[ss.step].spans, span)
@@ -132,7 +132,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		if tc, fence, ok := asTransition(c); ok && fence.Fenced() {
 			ts := trs.join(tc, fence, i, len(steps))
 			if ts.step == len(steps) {
-				steps = append(steps, tenantStep{tenant: tc.TenantID, queue: ts.set.queue, read: ts.read(refusals)})
+				steps = append(steps, tenantStep{tenant: tc.TenantID, queue: ts.set.queue, read: ts.read(refusals), genericPlans: true})
 			}
 			if span != nil {
 				steps[ts.step].spans = append(steps[ts.step].spans, span)
@@ -140,7 +140,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 			continue
 		}
 		trs.touchAll(c, len(steps))
-		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
+		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, genericPlans: genericPlans(c), read: func(br pgx.BatchResults) error {
 			err := c.Read(br)
 			if r := (*refusal)(nil); errors.As(err, &r) {
 				refusals[i] = r.err
@@ -195,6 +195,14 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		}
 	}
 	return refusals, err
+}
+
+// genericPlans reports whether c's statements run on generic plans in a group commit (planModeFor): a
+// command of one fixed shape, whose plan does not depend on its parameters, says so by a method
+// genericPlans that returns true.
+func genericPlans(c Command) bool {
+	g, ok := c.(interface{ genericPlans() bool })
+	return ok && g.genericPlans()
 }
 
 // A setStep is a registerSet of a group commit: cmds[k] of the set is the group's command index[k], and
@@ -481,6 +489,10 @@ func (c *SkillAvailabilityCmd) Queue(b *pgx.Batch) {
 		SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM v) - (SELECT count(*) FROM ok)`,
 		c.ServerIDs, c.Available, shards, epochs)
 }
+
+// genericPlans: the cascade's statement has one shape (see genericPlans); a wave of transitions
+// commits one per batch of servers, and planning it cost more than running it for a few servers.
+func (c *SkillAvailabilityCmd) genericPlans() bool { return true }
 
 // Read implements Command.
 func (c *SkillAvailabilityCmd) Read(br pgx.BatchResults) error {

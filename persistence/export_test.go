@@ -24,7 +24,7 @@ func RegisterSetReads(ctx context.Context, db *pgxpool.Pool, tenant uuid.UUID, c
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // the transaction only measures
-	if _, err := tx.Exec(ctx, stepSQL, tenant.String()); err != nil {
+	if _, err := tx.Exec(ctx, stepSQL, tenant.String(), planModeFor(false)); err != nil {
 		return nil, err
 	}
 	set := &registerSet{tenant: tenant}
@@ -56,4 +56,29 @@ func RegisterSetReads(ctx context.Context, db *pgxpool.Pool, tenant uuid.UUID, c
 		reads[name] = n
 	}
 	return reads, rows.Err()
+}
+
+// PlanProbe is a Command that reads, in its group commit's transaction (so in that session), the plan
+// mode its own statement runs under and how the session's prepared statements whose text contains
+// Like were planned so far.
+type PlanProbe struct {
+	TenantID uuid.UUID
+	Like     string
+
+	Mode            string // result: plan_cache_mode
+	Generic, Custom int64  // result: executions on a generic and on a custom plan
+}
+
+// Tenant implements Command.
+func (p *PlanProbe) Tenant() uuid.UUID { return p.TenantID }
+
+// Queue implements Command.
+func (p *PlanProbe) Queue(b *pgx.Batch) {
+	b.Queue(`SELECT current_setting('plan_cache_mode'), coalesce(sum(generic_plans), 0)::bigint,
+		coalesce(sum(custom_plans), 0)::bigint FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`, p.Like)
+}
+
+// Read implements Command.
+func (p *PlanProbe) Read(br pgx.BatchResults) error {
+	return br.QueryRow().Scan(&p.Mode, &p.Generic, &p.Custom)
 }

@@ -3,6 +3,8 @@ package persistence_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 // of 128 fenced RegisterCmds of one tenant, each a module advertising one tool, new modules ("new") or
 // the same modules again ("again", a fleet re-registering after an outage). It reports registrations/s
 // of the one connection a group commit uses. A measurement, not a test: run with
-// -bench RegisterGroupCommit -run '^$' (bench/REPORT.md, "Known shortfalls", explains what it shows).
+// -bench RegisterGroupCommit -run '^$'; BENCH_BATCH sets the commands per group commit (default 128).
 func BenchmarkRegisterGroupCommit(b *testing.B) {
 	for _, again := range []bool{false, true} {
 		name := "new"
@@ -29,7 +31,7 @@ func BenchmarkRegisterGroupCommit(b *testing.B) {
 
 func benchRegister(b *testing.B, d *dash, again bool) {
 	ctx := context.Background()
-	const n = 128
+	n := benchBatch()
 	fences, err := d.store.ClaimShards(ctx, shard.All(), "bench")
 	if err != nil {
 		b.Fatal(err)
@@ -63,4 +65,11 @@ func benchRegister(b *testing.B, d *dash, again bool) {
 		commit(batch(i))
 	}
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "registrations/s")
+}
+
+func benchBatch() int {
+	if v, err := strconv.Atoi(os.Getenv("BENCH_BATCH")); err == nil {
+		return v
+	}
+	return 128
 }

@@ -205,20 +205,40 @@ type tenantStep struct {
 	spans   []trace.Span
 	fence   Fence
 	fenceOK *bool
+	// genericPlans makes the step's statements run on generic plans (see planModeFor); false: custom
+	// plans, the session's mode (Open).
+	genericPlans bool
+}
+
+// planModeFor is the plan_cache_mode a step's opening statement sets for the step's statements. A set
+// statement (registerSet, transitionSet) has one fixed shape — input arrays joined by key to the
+// fleet's tables — whose plan does not depend on its parameters, so it runs on the generic plan its
+// prepared statement keeps, and so do the foreign-key checks and triggers it fires (a custom plan for
+// each of those cost 20–25 % of PostgreSQL's CPU per registration at 100,000 servers). The generic plan
+// is not frozen with a fleet's old statistics: analyze_fleet's ANALYZE, which the store runs as the fleet
+// doubles (analyze.go), invalidates it and the next execution plans again. Every other statement keeps
+// custom plans.
+func planModeFor(generic bool) string {
+	if generic {
+		return "force_generic_plan"
+	}
+	return "force_custom_plan"
 }
 
 // stepSQL opens each step of inTenantBatch: it scopes what follows to the tenant in $1 and turns the
 // fence flag of migration 0016 off, so a fenced step before cannot drop this step's rows (and clears
-// mcpfleet.fence, see fencedStepSQL).
-const stepSQL = "SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced', 'off', true), set_config('mcpfleet.fence', '', true)"
+// mcpfleet.fence, see fencedStepSQL), and sets the step's plan mode, $2 (planModeFor).
+const stepSQL = "SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced', 'off', true), set_config('mcpfleet.fence', '', true), set_config('plan_cache_mode', $2, true)"
 
 // fencedStepSQL is stepSQL for a step under the fence ($2, $3): the flag is on, and the step's rows are
 // dropped, unless the epoch is still the shard's; the shard's row is held FOR SHARE until COMMIT. It also
 // names the fence, "shard:epoch", in mcpfleet.fence for the step's statements, so a trigger can record
 // which fence a row was written under (the chaos suite's owner check does; nothing in the service reads it).
+// Its third column sets the step's plan mode, $4.
 const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config('mcpfleet.fenced',
 		CASE WHEN EXISTS (SELECT 1 FROM shard_owners WHERE shard = $2 AND epoch = $3 FOR SHARE) THEN 'off' ELSE 'on' END,
-		true) = 'off' AND set_config('mcpfleet.fence', $2::int || ':' || $3::bigint, true) <> ''`
+		true) = 'off' AND set_config('mcpfleet.fence', $2::int || ':' || $3::bigint, true) <> '',
+		set_config('plan_cache_mode', $4, true)`
 
 // inTenantBatch opens every multi-tenant transaction of this package: it sends all steps in one
 // transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
@@ -243,9 +263,9 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	for _, st := range steps {
 		from := b.Len()
 		if st.fence.Fenced() {
-			b.Queue(fencedStepSQL, st.tenant.String(), st.fence.Shard, st.fence.Epoch)
+			b.Queue(fencedStepSQL, st.tenant.String(), st.fence.Shard, st.fence.Epoch, planModeFor(st.genericPlans))
 		} else {
-			b.Queue(stepSQL, st.tenant.String())
+			b.Queue(stepSQL, st.tenant.String(), planModeFor(st.genericPlans))
 		}
 		st.queue(b)
 		if len(st.spans) > 0 && spans == nil {
@@ -262,8 +282,8 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	for _, st := range steps {
 		var err error
 		if st.fence.Fenced() {
-			var tenant string
-			err = br.QueryRow().Scan(&tenant, st.fenceOK)
+			var tenant, mode string
+			err = br.QueryRow().Scan(&tenant, st.fenceOK, &mode)
 		} else {
 			_, err = br.Exec()
 		}
