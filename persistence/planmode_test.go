@@ -65,3 +65,39 @@ func TestSetStatementsRunOnGenericPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanModeIsPerStepAcrossTenants: in a group commit of two tenants, each tenant's steps are placed
+// together (in tenant id order), so one tenant's registration set follows the other tenant's last step;
+// every step sets its own plan mode, so each tenant's set runs generic and each command after it custom.
+func TestPlanModeIsPerStepAcrossTenants(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []persistence.Command
+	var probes []*persistence.PlanProbe
+	for _, tenant := range []uuid.UUID{d.tenant, d.newTenant("other")} {
+		id := uuid.New()
+		cmds = append(cmds, persistence.WithFence(&persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: tenant,
+			ModuleName: "m", Version: "1", Protocols: []string{"2025-11-25"}, At: t0}, fences[shard.Of(id)]))
+		probes = append(probes, &persistence.PlanProbe{TenantID: tenant, Like: "INSERT INTO mcp_servers"})
+	}
+	for _, p := range probes {
+		cmds = append(cmds, p)
+	}
+	for i, err := range d.store.Commit(ctx, cmds) {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	for i, p := range probes {
+		if p.Mode != "force_custom_plan" {
+			t.Errorf("tenant %d: a command after its set ran with plan_cache_mode %q", i, p.Mode)
+		}
+		if p.Generic < 1 || p.Custom != 0 {
+			t.Errorf("tenant %d: registration statements had %d generic and %d custom plans, want only generic ones", i, p.Generic, p.Custom)
+		}
+	}
+}
