@@ -93,8 +93,9 @@ func TestTransitionSetLocksServersInIDOrder(t *testing.T) {
 	lo, hi, hold := d.lockedPair()
 	done := make(chan []error, 1)
 	// Fenced, as the service writes them: unfenced transitions are applied one by one.
-	fenced := []persistence.Command{persistence.WithFence(d.unhealthyCmd(hi), d.claim(hi, "n1")),
-		persistence.WithFence(d.unhealthyCmd(lo), d.claim(lo, "n1"))}
+	f := d.fences("n1", hi, lo)
+	fenced := []persistence.Command{persistence.WithFence(d.unhealthyCmd(hi), f[0]),
+		persistence.WithFence(d.unhealthyCmd(lo), f[1])}
 	go func() { done <- d.store.Commit(ctx, fenced) }()
 	d.waitForLockWait(`/* transition set */%`)
 	if !heldByAnother(t, hold, lo) {
@@ -235,10 +236,11 @@ func TestGroupCommitLocksTenantsInIDOrder(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	tenants, servers, hold := d.tenantServers(2)
+	f := d.fences("n1", servers...)
 	cmd := func(i int) persistence.Command {
 		c := d.unhealthyCmd(servers[i])
 		c.TenantID = tenants[i]
-		return persistence.WithFence(c, d.claim(servers[i], "n1"))
+		return persistence.WithFence(c, f[i])
 	}
 	done := make(chan []error, 1)
 	go func() { done <- d.store.Commit(ctx, []persistence.Command{cmd(1), cmd(0)}) }() // the higher tenant's first

@@ -197,7 +197,8 @@ func TestDeregistrationReturnsTheAdvertisement(t *testing.T) {
 	if errs := d.store.Commit(ctx, []persistence.Command{a}); errs[0] != nil { // unfenced: applied alone
 		t.Fatal(errs[0])
 	}
-	set := []persistence.Command{persistence.WithFence(b, d.claim(inSet, "n1")), persistence.WithFence(c, d.claim(sick, "n1"))}
+	f := d.fences("n1", inSet, sick)
+	set := []persistence.Command{persistence.WithFence(b, f[0]), persistence.WithFence(c, f[1])}
 	for i, err := range d.store.Commit(ctx, set) {
 		if err != nil {
 			t.Fatalf("set command %d: %v", i, err)
