@@ -122,7 +122,7 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.Var(jitter, "jitter", "heartbeat jitter: each beat lands within ±jitter of its slot (at most H/4)")
 	fs.IntVar(&cfg.Ramp, "ramp", 5000, "registrations (and deregistrations) per second; 0 = as fast as the connections allow")
 	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "length of the steady phase")
-	fs.IntVar(&cfg.Connections, "connections", 128, "HTTP connections (and workers) per pool: registration, heartbeats")
+	fs.IntVar(&cfg.Connections, "connections", 0, "HTTP connections (and workers) per pool: registration, heartbeats (0: AutoConnections of N and H)")
 	fs.IntVar(&cfg.PeakWorkers, "peak-workers", 64, "closed-loop workers for the peak and ceiling phases")
 	fs.DurationVar(&cfg.PeakDuration, "peak-duration", 10*time.Second, "length of the peak and ceiling phases; 0 skips both")
 	fs.BoolVar(&cfg.Ceiling, "ceiling", true, "measure the no-op gin ceiling in a child process")
@@ -179,11 +179,29 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if cfg.ReadKey == "" {
 		cfg.ReadKey = cfg.APIKey
 	}
+	if cfg.Connections == 0 {
+		cfg.Connections = AutoConnections(cfg.N, cfg.Interval)
+	}
 	cfg.Jitter = jitter.d
 	if !jitter.set {
 		cfg.Jitter = cfg.Interval / 10
 	}
 	return cfg, cfg.Validate()
+}
+
+// AutoConnections is the default number of connections (and workers) per pool for n modules
+// heartbeating every interval: the heartbeats due in 50 ms (the p99 target), at least 128 and at most
+// 4,096. The generator keeps at most that many requests in flight, so by Little's law it keeps its
+// schedule only while the mean latency stays under connections ÷ (n/interval); real modules do not
+// wait for each other, and a fixed 128 made a saturated 250,000-module run collapse by the
+// generator's own queueing (at 25,000 heartbeats/s, 128 in flight allow 5.1 ms).
+func AutoConnections(n int, interval time.Duration) int {
+	const minConns, maxConns, budget = 128, 4096, 50 * time.Millisecond
+	if interval <= 0 {
+		return minConns
+	}
+	c := int((int64(n)*int64(budget) + int64(interval) - 1) / int64(interval))
+	return max(minConns, min(maxConns, c))
 }
 
 // Validate checks the configuration's ranges and that the target is

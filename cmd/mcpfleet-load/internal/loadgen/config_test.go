@@ -48,6 +48,28 @@ func TestParseConfigDefaultsEnvAndFlags(t *testing.T) {
 	}
 }
 
+// The default connections follow the heartbeat rate: the heartbeats due in 50 ms, within 128 to 4,096;
+// an explicit --connections wins.
+func TestConnectionsFollowTheHeartbeatRate(t *testing.T) {
+	tests := []struct {
+		args []string
+		want int
+	}{
+		{nil, 500}, // 100,000 modules at H = 10 s: 10,000/s
+		{[]string{"--n", "250000"}, 1250},
+		{[]string{"--n", "250001"}, 1251}, // rounded up
+		{[]string{"--n", "1000"}, 128},
+		{[]string{"--n", "10000000", "--interval", "1s"}, 4096},
+		{[]string{"--n", "250000", "--connections", "64"}, 64},
+	}
+	for _, tt := range tests {
+		cfg, err := loadgen.ParseConfig(append([]string{"--api-key", "k"}, tt.args...), env(nil), io.Discard)
+		if err != nil || cfg.Connections != tt.want {
+			t.Errorf("%q: connections %d, %v; want %d", tt.args, cfg.Connections, err, tt.want)
+		}
+	}
+}
+
 func TestParseConfigValidation(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -65,7 +87,8 @@ func TestParseConfigValidation(t *testing.T) {
 		{"no key", []string{"--api-key", ""}, "--api-key is required"},
 		{"jitter too large", []string{"--interval", "1s", "--jitter", "300ms"}, "--jitter"},
 		{"zero modules", []string{"--n", "0"}, "--n"},
-		{"no connections", []string{"--connections", "0"}, "--connections"},
+		{"negative connections", []string{"--connections", "-1"}, "--connections"},
+		{"too many connections", []string{"--connections", "5000"}, "--connections"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
 	}
 	for _, tt := range tests {
