@@ -126,7 +126,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 		Version: msg.req.Version, Config: msg.req.Config, TraceID: carrier.TraceID(), At: now.UTC(),
 		ChangeID: uuid.New(), By: persistence.ByKey(msg.req.By),
 	}
-	a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, carrier, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
 		if err != nil {
 			if errors.Is(err, persistence.ErrConflict) {

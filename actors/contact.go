@@ -66,7 +66,7 @@ func (a *serverActor) contact(ctx actor.Context, msg *contactMsg, sender *actor.
 	span := a.startStatusSpan(msg.trace.Context(), "server.recover", t.From, t.To, attribute.String("mcpfleet.evidence", "contact"))
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
-	a.persist(ctx, cmd, cascadeOf(t), msg.trace, msg.deadline, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, msg.trace, msg.deadline, func(ctx actor.Context, err error) {
 		defer span.End()
 		a.heldEvidence(ctx)
 		if err != nil {

@@ -190,16 +190,6 @@ type stampMsg struct {
 	trace telemetry.Carrier // the server.heartbeat span that accepted it
 }
 
-type cascadeMsg struct {
-	tenantID  uuid.UUID
-	serverID  uuid.UUID
-	fence     persistence.Fence
-	available bool
-	trace     telemetry.Carrier
-}
-
-type cascadeReply struct{ err error }
-
 type alertQueued struct {
 	trace telemetry.Carrier // the transition that queued the alert, if any
 }

@@ -50,7 +50,6 @@ type serverDeps struct {
 	writer       *actor.PID
 	writeQueue   *writeQueue // the writer's queue length, to refuse at the door what it would refuse
 	stamper      *actor.PID
-	skills       *actor.PID
 	alerts       *actor.PID
 	stall        *lifecycle.Stall
 	own          *ownership    // the shards this node holds, and their fences
@@ -197,12 +196,12 @@ func isAdmission(cmd persistence.Command, life *lifecycle.Server) bool {
 	return reg && !life.Registered()
 }
 
-// persist sends one command to the writer and, after COMMIT (or failure), calls done in the actor.
-// If cascade is not nil, a committed command is followed by the skill cascade before done is called.
+// persist sends one command to the writer and, after COMMIT (or failure), calls done in the actor. A
+// transition's skill cascade is part of its command (TransitionCmd.Skills): one commit, no second round trip.
 //
 // deadline is the caller's (zero for the monitor's own writes: now + the write timeout). A write whose
 // deadline has passed is not started: its caller was already told nothing was recorded.
-func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascade *bool, trc telemetry.Carrier, deadline time.Time, done func(ctx actor.Context, err error)) {
+func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc telemetry.Carrier, deadline time.Time, done func(ctx actor.Context, err error)) {
 	if deadline.IsZero() {
 		deadline = time.Now().Add(a.deps.writeTimeout)
 	}
@@ -234,28 +233,8 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, cascad
 		if errors.Is(err, persistence.ErrFenced) && fence.Fenced() {
 			ctx.Send(ctx.Parent(), &shardFenced{fence: fence})
 		}
-		if err != nil || cascade == nil {
-			done(ctx, err)
-			a.idle(ctx)
-			return
-		}
-		// The transition is committed: its caller must be answered before it gives up (deadline + 2 s), so
-		// the cascade is waited for until deadline + 1 s at most; a slower cascade is repaired by reconciliation.
-		cfut := ctx.RequestFuture(a.deps.skills, &cascadeMsg{tenantID: a.rec.tenantID, serverID: a.rec.id, fence: fence, available: *cascade, trace: trc},
-			max(time.Until(deadline)+time.Second, 100*time.Millisecond))
-		ctx.ReenterAfter(cfut, func(res any, cerr error) {
-			if cerr == nil {
-				if cr, ok := res.(*cascadeReply); ok {
-					cerr = cr.err
-				}
-			}
-			if cerr != nil {
-				// The transition is committed; the skills actor's reconciliation repairs the cascade.
-				a.deps.bursts.Warn(trc.Context(), "skill cascade failed; reconciliation will repair it", "server_id", a.rec.id, "err", cerr)
-			}
-			done(ctx, nil)
-			a.idle(ctx)
-		})
+		done(ctx, err)
+		a.idle(ctx)
 	})
 }
 
@@ -309,7 +288,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 			ByKey: msg.req.ByKey, ByAdmin: msg.req.ByAdmin,
 		}
 		carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
-		a.persist(ctx, cmd, nil, carrier, msg.deadline, func(ctx actor.Context, err error) {
+		a.persist(ctx, cmd, carrier, msg.deadline, func(ctx actor.Context, err error) {
 			defer endSpan(span, err)
 			if err != nil {
 				ctx.Send(sender, &registerReply{err: mapWriteErr(err)})
@@ -375,7 +354,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
 	cmd.Evidence = &wall
-	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		endSpan(span, err)
 		defer endSpan(hb, err)
 		a.heldEvidence(ctx)
@@ -401,7 +380,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 	span := a.startStatusSpan(msg.trace.Context(), "server.deregister", t.From, t.To)
 	t.TraceID = carrierOf(span).TraceID()
 	cmd := a.transitionCmd(t)
-	a.persist(ctx, cmd, cascadeOf(t), carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, carrierOf(span), msg.deadline, func(ctx actor.Context, err error) {
 		defer endSpan(span, err)
 		if err != nil {
 			rec.life.Failed(t)
@@ -465,7 +444,7 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 		t.TraceID = carrier.TraceID()
 	}
 	cmd := a.transitionCmd(t)
-	a.persist(ctx, cmd, cascadeOf(t), carrier, time.Time{}, func(ctx actor.Context, err error) {
+	a.persist(ctx, cmd, carrier, time.Time{}, func(ctx actor.Context, err error) {
 		defer span.End()
 		defer round.done()
 		if err != nil {
@@ -496,7 +475,7 @@ func (a *serverActor) transitionCmd(t *lifecycle.Transition) *persistence.Transi
 	return &persistence.TransitionCmd{
 		EventID: t.EventID, TenantID: rec.tenantID, ServerID: rec.id, ModuleName: rec.row.ModuleName,
 		Version: rec.row.Version, From: t.From, To: t.To, TraceID: t.TraceID, At: t.At.UTC(),
-		LastEvidence: t.EvidenceWall(), AlertKind: alertKinds[t.Alert], FlapCount: t.FlapCount,
+		LastEvidence: t.EvidenceWall(), AlertKind: alertKinds[t.Alert], FlapCount: t.FlapCount, Skills: cascadeOf(t),
 	}
 }
 
@@ -559,12 +538,13 @@ func slim(s persistence.Server) persistence.Server {
 	return s
 }
 
-// cascadeOf returns the skill availability a committed transition must cascade, or nil.
+// cascadeOf returns the skill availability t leaves its server's skills at. Every transition states it,
+// even one that changes no availability (healthy ↔ degraded): the commit moves the row from the status
+// it has, not from the decider's From (TransitionCmd), so a decider whose view is stale still leaves the
+// skills agreeing with the status it commits.
 func cascadeOf(t *lifecycle.Transition) *bool {
-	if v, changed := t.Cascade(); changed {
-		return &v
-	}
-	return nil
+	available, _ := t.Cascade()
+	return &available
 }
 
 func (a *serverActor) attrs() []attribute.KeyValue {

@@ -7,27 +7,19 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
-
-	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// skillsActor is the skill registry actor. Server actors tell it when their server's skills must
-// become unavailable (unhealthy, deregistered) or available again (recovery); it batches those into
-// set-based UPDATEs (UPDATE skill_registry SET available = … WHERE server_id = ANY(…), seed §11.2)
-// committed through the writer, and answers each server after COMMIT.
-//
-// The cascade is level-triggered: reconcile runs at start and every reconcile interval, making every
-// skill agree with its server's committed status, so a crash between a transition and its cascade is
-// repaired rather than remembered.
+// skillsActor is the skill registry actor: it keeps every skill's availability agreeing with its
+// server's committed status. A transition cascades to its server's skills in its own statement
+// (persistence.TransitionCmd.Skills: the skill_unavailable cascade, seed §11.2, and its reverse on
+// recovery, committed with the transition), so the actor's work is the level-triggered repair:
+// reconcile runs at start and every reconcile interval, making every skill agree with its server's
+// committed status, so whatever else drifts (a skill written by hand, a write rolled back around a
+// skipped row) is repaired rather than remembered.
 type skillsActor struct {
-	writer       *actor.PID
-	store        reconcileStore
-	log          *slog.Logger
-	writeTimeout time.Duration
-	tel          tel
-	waiting      []cascadeWaiter
-	inflight     bool
-	reconciling  bool
+	store       reconcileStore
+	log         *slog.Logger
+	reconciling bool
 }
 
 type reconcileStore interface {
@@ -35,27 +27,19 @@ type reconcileStore interface {
 	ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64, error)
 }
 
-type cascadeWaiter struct {
-	msg    *cascadeMsg
-	sender *actor.PID
-}
-
 type reconcileTick struct{}
 
 type reconciled struct{}
 
-func newSkillsProps(writer *actor.PID, store reconcileStore, log *slog.Logger, writeTimeout time.Duration, t tel) *actor.Props {
+func newSkillsProps(store reconcileStore, log *slog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &skillsActor{writer: writer, store: store, log: log, writeTimeout: writeTimeout, tel: t}
+		return &skillsActor{store: store, log: log}
 	}, actor.WithMailbox(unboundedMailbox()))
 }
 
 func (s *skillsActor) Receive(ctx actor.Context) {
 	handleChaos(ctx)
-	switch msg := ctx.Message().(type) {
-	case *cascadeMsg:
-		s.waiting = append(s.waiting, cascadeWaiter{msg: msg, sender: ctx.Sender()})
-		s.flush(ctx)
+	switch ctx.Message().(type) {
 	case *reconcileTick:
 		if s.reconciling {
 			return
@@ -75,55 +59,6 @@ func (s *skillsActor) Receive(ctx actor.Context) {
 	case *reconciled:
 		s.reconciling = false
 	}
-}
-
-type cascadeGroup struct {
-	tenantID  uuid.UUID
-	available bool
-}
-
-func (s *skillsActor) flush(ctx actor.Context) {
-	if s.inflight || len(s.waiting) == 0 {
-		return
-	}
-	batch := s.waiting
-	s.waiting = nil
-	groups := map[cascadeGroup]*persistence.SkillAvailabilityCmd{}
-	var cmds []persistence.Command
-	index := make([]int, len(batch)) // batch[i] is answered by cmds[index[i]]
-	for i, w := range batch {
-		g := cascadeGroup{tenantID: w.msg.tenantID, available: w.msg.available}
-		cmd, ok := groups[g]
-		if !ok {
-			cmd = &persistence.SkillAvailabilityCmd{TenantID: g.tenantID, Available: g.available}
-			groups[g] = cmd
-			cmds = append(cmds, cmd)
-		}
-		cmd.ServerIDs = append(cmd.ServerIDs, w.msg.serverID)
-		cmd.Fences = append(cmd.Fences, w.msg.fence)
-		for j, c := range cmds {
-			if c == cmd {
-				index[i] = j
-			}
-		}
-	}
-	s.inflight = true
-	span := s.tel.startCascade(batch)
-	fut := ctx.RequestFuture(s.writer, &writeRequest{cmds: cmds, deadline: time.Now().Add(s.writeTimeout), trace: carrierOf(span)}, s.writeTimeout+time.Second)
-	ctx.ReenterAfter(fut, func(res any, err error) {
-		endSpan(span, err)
-		s.inflight = false
-		for i, w := range batch {
-			e := err
-			if e == nil {
-				if wr, ok := res.(*writeResult); ok {
-					e = wr.errs[index[i]]
-				}
-			}
-			ctx.Send(w.sender, &cascadeReply{err: e})
-		}
-		s.flush(ctx)
-	})
 }
 
 // ReconcileSkills makes every tenant's skills agree with their servers' committed status and returns

@@ -288,7 +288,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t, fleetPID, f.workers)); err != nil {
 		return err
 	}
-	if f.skills, err = spawn("skills", newSkillsProps(f.writer, store, log, cfg.WriteTimeout, t)); err != nil {
+	if f.skills, err = spawn("skills", newSkillsProps(store, log)); err != nil {
 		return err
 	}
 	if f.alerts, err = spawn("alerts", newAlertsProps(store, deps.HTTPClient, cfg.AlertWebhookURL, cfg.AlertWebhookSecret, log, t)); err != nil {
@@ -297,7 +297,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	sdeps := &serverDeps{
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
-		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, skills: f.skills, alerts: f.alerts,
+		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
 		writeQueue: queue,
 	}

@@ -24,8 +24,8 @@ import (
 //	HTTP request (httpapi's tracing middleware) ─▶ server.heartbeat [─▶ server.recover ─▶ writer.apply ─▶ SQL]
 //	writer.flush (root; a link to every request it carries) ─▶ BEGIN, batch, COMMIT
 //	stamper.flush (root; a link to every sampled heartbeat it carries) ─▶ UPDATE
-//	server.transition (root; links to the last heartbeat and the registration) ─▶ writer.apply ─▶ SQL
-//	                  └▶ skills.cascade ─▶ writer.apply ─▶ SQL;  alert.deliver (later) ─▶ webhook POST
+//	server.transition (root; links to the last heartbeat and the registration) ─▶ writer.apply ─▶ SQL (with the skill cascade)
+//	                  └▶ alert.deliver (later) ─▶ webhook POST
 //
 // Batch spans hold at most telemetry.MaxLinks links. The monitor's per-server evaluation makes no
 // span (100k servers every 5 s would be 20k spans a second); only a transition does.
@@ -185,20 +185,6 @@ func (t tel) flushStamps(store stampStore, batch []persistence.Stamp, links tele
 	t.metrics.Flush(c, telemetry.WriterStamps, len(batch), time.Since(start), err)
 	endSpan(span, err)
 	return telemetry.SpanCarrier(span), fenced, err
-}
-
-// startCascade starts the skills.cascade span of one batch of cascade requests: a child of the first
-// request's span, linked to the others.
-func (t tel) startCascade(batch []cascadeWaiter) trace.Span {
-	var links telemetry.BatchLinks
-	for _, w := range batch[1:] {
-		links.Add(w.msg.trace)
-	}
-	_, span := t.trc().Start(batch[0].msg.trace.Context(), "skills.cascade", trace.WithLinks(links.Links...))
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("mcpfleet.batch.servers", len(batch)))
-	}
-	return span
 }
 
 // startDelivery starts the alert.deliver span of one webhook delivery attempt: a child of the span of

@@ -109,12 +109,10 @@ type Transition struct {
 	TraceID string
 }
 
-// Cascade returns the skill availability a committed t must cascade, and whether it changes any.
+// Cascade returns the skill availability a committed t leaves its server's skills at (unavailable at
+// unhealthy and deregistered, available otherwise), and whether t changes it.
 func (t *Transition) Cascade() (available, changed bool) {
-	if t.From.Available() == t.To.Available() {
-		return false, false
-	}
-	return t.To.Available(), true
+	return t.To.Available(), t.From.Available() != t.To.Available()
 }
 
 // EvidenceWall converts t's last evidence to wall time (UTC), from its decision time.

@@ -86,7 +86,7 @@ func TestEvidenceRecovers(t *testing.T) {
 		availableTo bool
 	}{
 		{from: health.Healthy},
-		{from: health.Degraded, want: ptr(health.Healthy)},
+		{from: health.Degraded, want: ptr(health.Healthy), availableTo: true}, // available before and after: no change
 		{from: health.Unhealthy, want: ptr(health.Healthy), cascade: true, availableTo: true},
 		{from: health.Deregistered, err: ErrDeregistered},
 	} {

@@ -140,7 +140,7 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 			continue
 		}
 		trs.touchAll(c, len(steps))
-		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, genericPlans: genericPlans(c), read: func(br pgx.BatchResults) error {
+		st := tenantStep{tenant: c.Tenant(), queue: c.Queue, read: func(br pgx.BatchResults) error {
 			err := c.Read(br)
 			if r := (*refusal)(nil); errors.As(err, &r) {
 				refusals[i] = r.err
@@ -195,14 +195,6 @@ func (s *Store) commitGroup(ctx context.Context, first int, cmds []Command) (ref
 		}
 	}
 	return refusals, err
-}
-
-// genericPlans reports whether c's statements run on generic plans in a group commit (planModeFor): a
-// command of one fixed shape, whose plan does not depend on its parameters, says so by a method
-// genericPlans that returns true.
-func genericPlans(c Command) bool {
-	g, ok := c.(interface{ genericPlans() bool })
-	return ok && g.genericPlans()
 }
 
 // A setStep is a registerSet of a group commit: cmds[k] of the set is the group's command index[k], and
@@ -275,10 +267,6 @@ func (t *transitionSets) touchAll(c Command, step int) {
 		c = fc.inner
 	}
 	switch c := c.(type) {
-	case *SkillAvailabilityCmd:
-		for _, id := range c.ServerIDs {
-			t.touch(id, step)
-		}
 	case *ConfigureCmd:
 		t.touch(c.ServerID, step)
 	case *TransitionCmd: // unfenced: applied alone
@@ -394,6 +382,12 @@ type TransitionCmd struct {
 	AlertKind string
 	// FlapCount is how many transitions the server made in the flapping window, for the alert.
 	FlapCount int
+	// Skills, if not nil, is the availability the transition cascades to the server's skills
+	// (lifecycle.Transition.Cascade: the skill_unavailable cascade, seed §11.2, and its reverse on
+	// recovery), written by the same statement when the transition is applied — a committed status and
+	// its skills never disagree. Only skills that differ are written; an orphaned skill is never made
+	// available. A transition not applied writes no skill (ReconcileSkills repairs what else drifts).
+	Skills *bool
 
 	Applied bool // result: false if the event had already been applied
 	// Advertisement is a result: for an applied deregistration, the server's capability_advertisement
@@ -405,7 +399,7 @@ type TransitionCmd struct {
 func (c *TransitionCmd) Tenant() uuid.UUID { return c.TenantID }
 
 // Queue implements Command: one statement appends the audit event and, only if it was not there yet,
-// updates the status and writes the outbox row.
+// updates the status, writes the outbox row and cascades Skills.
 func (c *TransitionCmd) Queue(b *pgx.Batch) {
 	payload := c.alertPayload()
 	b.Queue(`WITH cur AS (
@@ -426,10 +420,14 @@ func (c *TransitionCmd) Queue(b *pgx.Batch) {
 			SELECT $1, $2, $4, $12::jsonb->>'kind', jsonb_set($12::jsonb, '{from}', to_jsonb(coalesce((SELECT status FROM cur), nullif($8, '')))), nullif($9, ''), $10, $10
 			WHERE $12::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM audit)
 			ON CONFLICT (event_id) DO NOTHING
+		), cascade AS (
+			UPDATE skill_registry k SET available = $13, updated_at = now()
+			FROM up WHERE k.server_id = up.server_id
+				AND k.available <> $13::boolean AND (NOT $13::boolean OR k.orphaned_at IS NULL)
 		)
 		SELECT (SELECT count(*) FROM audit), (SELECT count(*) FROM up), (SELECT caps FROM up)`,
 		c.EventID, c.TenantID, string(KindForTransition(c.To)), c.ServerID, c.ModuleName, c.Version, string(c.To),
-		string(c.From), c.TraceID, c.At, c.Evidence, nullJSON(payload))
+		string(c.From), c.TraceID, c.At, c.Evidence, nullJSON(payload), c.Skills)
 }
 
 // Read implements Command.
@@ -450,54 +448,4 @@ func nullJSON(b []byte) any {
 		return nil
 	}
 	return string(b)
-}
-
-// SkillAvailabilityCmd sets available on every non-orphaned skill of the given servers of one tenant:
-// the skill_unavailable cascade (seed §11.2) and its reverse on recovery. An orphaned skill is never made
-// available. Fences, if not nil, holds the fence of each server of ServerIDs (same order): a server whose
-// fence is stale is left alone and counted in Fenced (its new owner repairs its skills, see
-// ReconcileSkills); the others are written in the same transaction.
-type SkillAvailabilityCmd struct {
-	TenantID  uuid.UUID
-	ServerIDs []uuid.UUID
-	Fences    []Fence
-	Available bool
-
-	Changed int64 // result: skills changed
-	Fenced  int64 // result: servers skipped for a stale fence
-}
-
-// Tenant implements Command.
-func (c *SkillAvailabilityCmd) Tenant() uuid.UUID { return c.TenantID }
-
-// Queue implements Command.
-func (c *SkillAvailabilityCmd) Queue(b *pgx.Batch) {
-	shards := make([]int32, len(c.ServerIDs))
-	epochs := make([]int64, len(c.ServerIDs))
-	for i := range c.ServerIDs {
-		if i < len(c.Fences) {
-			shards[i], epochs[i] = int32(c.Fences[i].Shard), c.Fences[i].Epoch
-		}
-	}
-	b.Queue(`WITH v AS (SELECT * FROM unnest($1::uuid[], $3::int[], $4::bigint[]) AS v(id, shard, epoch)),
-		owned AS MATERIALIZED (SELECT shard, epoch FROM shard_owners
-			WHERE (shard, epoch) IN (SELECT shard, epoch FROM v WHERE epoch <> 0) FOR SHARE),
-		ok AS (SELECT id FROM v WHERE epoch = 0 OR EXISTS (SELECT 1 FROM owned o WHERE o.shard = v.shard AND o.epoch = v.epoch)),
-		up AS (UPDATE skill_registry SET available = $2, updated_at = now()
-			WHERE server_id IN (SELECT id FROM ok) AND available <> $2 AND ($2 = false OR orphaned_at IS NULL)
-			RETURNING 1)
-		SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM v) - (SELECT count(*) FROM ok)`,
-		c.ServerIDs, c.Available, shards, epochs)
-}
-
-// genericPlans: the cascade's statement has one shape (see genericPlans); a wave of transitions
-// commits one per batch of servers, and planning it cost more than running it for a few servers.
-func (c *SkillAvailabilityCmd) genericPlans() bool { return true }
-
-// Read implements Command.
-func (c *SkillAvailabilityCmd) Read(br pgx.BatchResults) error {
-	if err := br.QueryRow().Scan(&c.Changed, &c.Fenced); err != nil {
-		return fmt.Errorf("skill availability: %w", err)
-	}
-	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/mcpfleet/mcpfleet/shard"
 )
 
-// TestSetStatementsRunOnGenericPlans: in a group commit, the registration set's, the transition set's
-// and the skills cascade's statements run on generic plans (planning them and the foreign-key checks
+// TestSetStatementsRunOnGenericPlans: in a group commit, the registration set's and the transition
+// set's statements run on generic plans (planning them and the foreign-key checks
 // they fire was a fifth of PostgreSQL's CPU per registration), and every other command's statements,
 // after them in the same transaction, on custom plans again.
 func TestSetStatementsRunOnGenericPlans(t *testing.T) {
@@ -35,11 +35,10 @@ func TestSetStatementsRunOnGenericPlans(t *testing.T) {
 	probe := func(like string) *persistence.PlanProbe {
 		return &persistence.PlanProbe{TenantID: d.tenant, Like: like}
 	}
-	servers, skills := probe("INSERT INTO mcp_servers"), probe("UPDATE skill_registry SET available = $2")
+	servers := probe("INSERT INTO mcp_servers")
 	transitions := probe("/* transition set */")
 	fenced := probe("INSERT INTO mcp_servers") // a fenced command's step opens with the fence's own statement
-	cmds := append(regs, &persistence.SkillAvailabilityCmd{TenantID: d.tenant, ServerIDs: ids, Available: false},
-		persistence.WithFence(fenced, fences[0]), servers, skills)
+	cmds := append(regs, persistence.WithFence(fenced, fences[0]), servers)
 	for i, err := range d.store.Commit(ctx, cmds) {
 		if err != nil {
 			t.Fatalf("command %d: %v", i, err)
@@ -56,7 +55,7 @@ func TestSetStatementsRunOnGenericPlans(t *testing.T) {
 			t.Fatalf("transition %d: %v", i, err)
 		}
 	}
-	for _, p := range []*persistence.PlanProbe{fenced, servers, skills, transitions} {
+	for _, p := range []*persistence.PlanProbe{fenced, servers, transitions} {
 		if p.Mode != "force_custom_plan" {
 			t.Errorf("a command after the sets ran with plan_cache_mode %q, want force_custom_plan", p.Mode)
 		}

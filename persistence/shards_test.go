@@ -312,15 +312,19 @@ func TestStaleStampsAndCascadesAreDropped(t *testing.T) {
 		d.exec(d.tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available)
 			VALUES ($1, $2, $3, $4, '{}', true, true)`, uuid.New(), d.tenant, srv, []string{"x", "y"}[i])
 	}
-	cascade := &persistence.SkillAvailabilityCmd{TenantID: d.tenant, ServerIDs: []uuid.UUID{a, b}, Fences: []persistence.Fence{fa, staleB}}
-	if errs := d.store.Commit(ctx, []persistence.Command{cascade}); errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	if cascade.Changed != 1 || cascade.Fenced != 1 {
-		t.Fatalf("cascade: changed %d, fenced %d; want 1, 1", cascade.Changed, cascade.Fenced)
+	// A transition's cascade is part of its statement: under a stale fence neither lands.
+	unavailable := false
+	ca, cb := d.unhealthyCmd(a), d.unhealthyCmd(b)
+	ca.Skills, cb.Skills = &unavailable, &unavailable
+	errs := d.store.Commit(ctx, []persistence.Command{persistence.WithFence(ca, fa), persistence.WithFence(cb, staleB)})
+	if errs[0] != nil || !errors.Is(errs[1], persistence.ErrFenced) {
+		t.Fatalf("transitions: %v", errs)
 	}
 	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1 AND NOT available`, a); n != 1 {
 		t.Fatal("the current epoch's cascade did not land")
+	}
+	if n := d.count(`SELECT count(*) FROM skill_registry WHERE server_id = $1 AND available`, b); n != 1 {
+		t.Fatal("the stale epoch's cascade landed")
 	}
 }
 

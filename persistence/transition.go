@@ -21,7 +21,8 @@ import (
 //     the audit event's from_status (and the alert's "from") is the row's status;
 //   - idempotence by EventID: an event already there writes nothing more (Applied false);
 //   - an event written for a server the tenant has no row for fails the statement with ErrNotFound (the
-//     group is then applied command by command, where it fails alone, as before).
+//     group is then applied command by command, where it fails alone, as before);
+//   - an applied command's Skills cascade is written by the same statement, as by TransitionCmd alone.
 //
 // The audit events are inserted in command order, so they are numbered in it.
 type transitionSet struct {
@@ -68,9 +69,9 @@ func asTransition(c Command) (*TransitionCmd, Fence, bool) {
 // for each other instead of deadlocking; the status each command is decided on is the row's latest.
 const setTransitionsSQL = `/* transition set */ WITH v AS (
 			SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-				$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::bigint[])
+				$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::bigint[], $15::boolean[])
 				WITH ORDINALITY AS v(event_id, server_id, kind, module_name, version, to_status, from_status,
-					trace_id, at, evidence, payload, shard, epoch, n)
+					trace_id, at, evidence, payload, shard, epoch, skills, n)
 		), ` + setFenceNamesCTE + `, locked AS MATERIALIZED (
 			SELECT m.server_id, m.status FROM mcp_servers m
 			WHERE m.server_id IN (SELECT v.server_id FROM v JOIN ok ON ok.n = v.n)
@@ -101,6 +102,10 @@ const setTransitionsSQL = `/* transition set */ WITH v AS (
 			FROM audit JOIN v ON v.event_id = audit.event_id JOIN cur ON cur.n = v.n
 			WHERE v.payload IS NOT NULL
 			ON CONFLICT (event_id) DO NOTHING
+		), cascade AS (
+			UPDATE skill_registry k SET available = v.skills, updated_at = now()
+			FROM up JOIN v ON v.server_id = up.server_id
+			WHERE k.server_id = up.server_id AND k.available <> v.skills AND (NOT v.skills OR k.orphaned_at IS NULL)
 		)
 		SELECT v.n, v.n IN (SELECT n FROM ok), v.event_id IN (SELECT event_id FROM audit),
 			u.server_id IS NOT NULL, u.caps
@@ -117,16 +122,17 @@ func (s *transitionSet) queue(b *pgx.Batch) {
 		payloads                                  = make([]*string, n)
 		shards                                    = make([]int32, n)
 		epochs                                    = make([]int64, n)
+		skills                                    = make([]*bool, n)
 	)
 	for i, c := range s.cmds {
 		events[i], servers[i], kinds[i], modules[i], versions[i] = c.EventID, c.ServerID, string(KindForTransition(c.To)), c.ModuleName, c.Version
 		tos[i], froms[i], trs[i], ats[i], evidence[i] = string(c.To), string(c.From), c.TraceID, c.At, c.Evidence
-		shards[i], epochs[i] = int32(s.fences[i].Shard), s.fences[i].Epoch
+		shards[i], epochs[i], skills[i] = int32(s.fences[i].Shard), s.fences[i].Epoch, c.Skills
 		if p := c.alertPayload(); p != nil {
 			payloads[i] = new(string(p))
 		}
 	}
-	b.Queue(setTransitionsSQL, s.tenant, events, servers, kinds, modules, versions, tos, froms, trs, ats, evidence, payloads, shards, epochs)
+	b.Queue(setTransitionsSQL, s.tenant, events, servers, kinds, modules, versions, tos, froms, trs, ats, evidence, payloads, shards, epochs, skills)
 }
 
 // read consumes the statement's rows, sets each applied command's Applied and each fenced command's

@@ -16,7 +16,7 @@ import (
 
 // One group commit of fenced transitions, set-based: many servers' transitions, two of one server
 // (degraded, then unhealthy: applied in order, the second from the first's status), one to the status the
-// row already has, one already applied (its event id again), one under a stale fence, a cascade between a
+// row already has, one already applied (its event id again), one under a stale fence, a command between a
 // server's two transitions and a registration reviving a server before its transition. Each gets the
 // outcome it gets alone; the group is one batch; the audit chain of every server holds; an unhealthy
 // transition's alert names the row's status as "from".
@@ -83,8 +83,8 @@ func TestTransitionSetMixedGroup(t *testing.T) {
 	reg := &persistence.RegisterCmd{EventID: uuid.New(), ServerID: revived, TenantID: d.tenant, ModuleName: "revived", Version: "1.0.0",
 		Protocols: []string{"2025-11-25"}, At: t0.Add(4 * time.Minute)}
 	afterReg := tr(revived, "revived", health.Healthy, health.Degraded, 5)
-	cascade := &persistence.SkillAvailabilityCmd{TenantID: d.tenant, ServerIDs: []uuid.UUID{twice}, Available: false}
-	cmds = append(cmds, fenced(first, twice), fenced(cascade, twice), fenced(second, twice), fenced(noop, same),
+	between := tr(twice, "twice", health.Healthy, health.Degraded, 2) // unfenced: applied alone, a no-op after first
+	cmds = append(cmds, fenced(first, twice), between, fenced(second, twice), fenced(noop, same),
 		fenced(&repeat, again), persistence.WithFence(staleCmd, staleFence), fenced(reg, revived), fenced(afterReg, revived))
 	mark := d.count(`SELECT coalesce(max(tenant_seq), 0) FROM audit_events WHERE tenant_id = $1`, d.tenant)
 	last := map[uuid.UUID]string{}
@@ -214,5 +214,64 @@ func TestDeregistrationReturnsTheAdvertisement(t *testing.T) {
 	again.Advertisement = nil
 	if errs := d.store.Commit(ctx, []persistence.Command{&again}); errs[0] != nil || again.Applied || again.Advertisement != nil {
 		t.Fatalf("a replayed deregistration: %v, applied %v, advertisement %q", errs[0], again.Applied, again.Advertisement)
+	}
+}
+
+// A transition's Skills cascade is written by its own statement, alone and in a set: an applied
+// transition sets its server's skills (never an orphaned one available), nil Skills writes none, and a
+// transition that is not applied (the row has its status already) writes none either.
+func TestTransitionCascadesSkills(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	alone, inSet, other, untouched := d.server(d.tenant, "alone", health.Healthy, 0), d.server(d.tenant, "in-set", health.Healthy, 1),
+		d.server(d.tenant, "other", health.Healthy, 2), d.server(d.tenant, "untouched", health.Healthy, 3)
+	servers := []uuid.UUID{alone, inSet, other, untouched}
+	for _, srv := range servers {
+		d.exec(d.tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available, orphaned_at)
+			VALUES ($1, $2, $3, 'live', '{}', true, true, NULL), ($4, $2, $3, 'gone', '{}', true, false, $5)`,
+			uuid.New(), d.tenant, srv, uuid.New(), t0)
+	}
+	f := d.fences("n1", inSet, other)
+	available := func(srv uuid.UUID) string {
+		var s string
+		if err := d.owner.QueryRow(ctx, `SELECT string_agg(name || '=' || available::text, ',' ORDER BY name)
+			FROM skill_registry WHERE server_id = $1`, srv).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	commit := func(cmds ...persistence.Command) {
+		t.Helper()
+		for i, err := range d.store.Commit(ctx, cmds) {
+			if err != nil {
+				t.Fatalf("command %d: %v", i, err)
+			}
+		}
+	}
+	move := func(srv uuid.UUID, from, to health.Status, skills *bool) *persistence.TransitionCmd {
+		c := d.unhealthyCmd(srv)
+		c.From, c.To, c.Skills, c.AlertKind = from, to, skills, ""
+		return c
+	}
+	off, on := false, true
+	commit(move(alone, health.Healthy, health.Unhealthy, &off), // unfenced: alone
+		persistence.WithFence(move(inSet, health.Healthy, health.Unhealthy, &off), f[0]),
+		persistence.WithFence(move(other, health.Healthy, health.Unhealthy, &off), f[1]),
+		move(untouched, health.Healthy, health.Degraded, nil))
+	for srv, want := range map[uuid.UUID]string{alone: "gone=false,live=false", inSet: "gone=false,live=false",
+		other: "gone=false,live=false", untouched: "gone=false,live=true"} {
+		if got := available(srv); got != want {
+			t.Errorf("after unhealthy: skills of %s are %s, want %s", srv, got, want)
+		}
+	}
+	// other is unhealthy already: its "recovery" to unhealthy is no transition and cascades nothing.
+	commit(move(alone, health.Unhealthy, health.Healthy, &on),
+		persistence.WithFence(move(inSet, health.Unhealthy, health.Healthy, &on), f[0]),
+		persistence.WithFence(move(other, health.Unhealthy, health.Unhealthy, &on), f[1]))
+	for srv, want := range map[uuid.UUID]string{alone: "gone=false,live=true", inSet: "gone=false,live=true",
+		other: "gone=false,live=false"} {
+		if got := available(srv); got != want {
+			t.Errorf("after recovery: skills of %s are %s, want %s", srv, got, want)
+		}
 	}
 }
