@@ -854,3 +854,31 @@ func TestFailedClaimDoesNotHoldUpTheOthers(t *testing.T) {
 		t.Fatalf("owned %v (epochs %d, %d), want [1 3 5], each claimed once", got, h.fleet.Epoch(1), h.fleet.Epoch(3))
 	}
 }
+
+// A heartbeat whose caller gives up while its recovery commits is answered at once (the caller's
+// cause, ErrUnavailable), not after the ask timeout; the recovery still commits.
+func TestHeartbeatCallerGivesUp(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a")
+	h.clock.Advance(3 * testH)
+	h.monitor() // unhealthy
+	started, release := h.holdTransitions(health.Healthy)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{})
+		done <- err
+	}()
+	<-started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("heartbeat after its caller gave up: %v, want ErrUnavailable with context.Canceled", err)
+	}
+	release()
+	if st := h.heartbeat(id); st != health.Healthy {
+		t.Fatalf("status after the recovery: %s", st)
+	}
+	if tr := h.store.transitions(id); len(tr) != 2 || tr[1].To != health.Healthy {
+		t.Fatalf("transitions %+v, want unhealthy then the recovery", tr)
+	}
+}

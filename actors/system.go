@@ -425,7 +425,10 @@ func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResu
 }
 
 // Heartbeat accepts a heartbeat for serverID from tenantID. A server that was not healthy is recovered,
-// durably, before it returns.
+// durably, before it returns. A caller that gives up (ctx done: its client went away) is answered at
+// once, ErrUnavailable: the heartbeat stays with the server's actor, which handles it as if the answer
+// were still awaited, but nothing waits for it — a saturated service does not hold a request, its
+// buffers and its goroutine for every client that stopped waiting.
 //
 // It is askServer without a future: the heartbeat carries a channel for its answer, so the hottest
 // round trip of the service registers no PID, formats no id and arms no timer in the actor system. A
@@ -455,6 +458,8 @@ func (f *Fleet) Heartbeat(ctx context.Context, tenantID, serverID uuid.UUID, trc
 			}
 		case <-t.C:
 			return HeartbeatResult{}, fmt.Errorf("%w: no answer in %s", ErrUnavailable, timeout)
+		case <-ctx.Done():
+			return HeartbeatResult{}, fmt.Errorf("%w: the caller stopped waiting: %w", ErrUnavailable, context.Cause(ctx))
 		}
 	}
 }
