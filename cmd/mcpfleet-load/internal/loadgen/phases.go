@@ -28,13 +28,17 @@ func (r *runner) moduleName(i int32) string {
 }
 
 // bulkTimeout bounds a registration or deregistration pass: three times
-// what the ramp predicts, plus a minute.
+// what the ramp predicts or what 1,000 a second would take, whichever is
+// longer, plus a minute — so a service slower than the ramp is still
+// measured over (nearly) the whole fleet, and a run still stops by itself.
 func (r *runner) bulkTimeout() time.Duration {
+	const floorRate = 1000
 	rate := float64(r.cfg.Ramp)
 	if rate <= 0 {
-		rate = 1000
+		rate = floorRate
 	}
-	return time.Duration(3*float64(r.cfg.N)/rate*float64(time.Second)) + time.Minute
+	secs := max(3*float64(r.cfg.N)/rate, float64(r.cfg.N)/floorRate)
+	return time.Duration(secs*float64(time.Second)) + time.Minute
 }
 
 // pace sends items to out at rate per second (rate ≤ 0: as fast as out is

@@ -46,3 +46,22 @@ func TestOpenLoopPaces(t *testing.T) {
 		t.Errorf("answered %.0f in %s at %.0f/s, want about %.0f (server saw %d)", n, d, rate, rate*d.Seconds(), got.Load())
 	}
 }
+
+// TestBulkTimeout: a bulk pass may take three times what the ramp predicts, or what 1,000 a second
+// would take if that is longer, plus a minute.
+func TestBulkTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		n, ramp int
+		want    time.Duration
+	}{
+		{100_000, 5000, 160 * time.Second}, // 1,000/s: 100 s > 3 × 20 s
+		{250_000, 5000, 310 * time.Second},
+		{10_000, 100, 360 * time.Second}, // the ramp's 3 × 100 s
+		{10_000, 0, 90 * time.Second},    // no ramp: as fast as the connections allow, predicted at 1,000/s
+	} {
+		r := newRunner(Config{N: tc.n, Ramp: tc.ramp, Interval: time.Second, Connections: 8, RequestTimeout: time.Second}, io.Discard)
+		if got := r.bulkTimeout(); got != tc.want {
+			t.Errorf("N %d, ramp %d: %s, want %s", tc.n, tc.ramp, got, tc.want)
+		}
+	}
+}
