@@ -5,7 +5,8 @@
 # BENCH_MODE: all (default), load (mcpfleet-load only) or mcp (the /mcp step only). The /mcp step's knobs:
 # BENCH_MCP_SERVERS (200), BENCH_MCP_TOOLS (20), BENCH_MCP_SESSIONS (1000), BENCH_MCP_EXTRA (more flags).
 # Knobs (environment): BENCH_N (modules, default 100000), BENCH_H (heartbeat interval, 10s),
-# BENCH_DURATION (steady phase, 60s), BENCH_PORT (18181; the service's profiler listens on the next port, for the
+# BENCH_DURATION (steady phase, 60s), BENCH_RAMP (registrations and deregistrations per second; default 0: the
+# whole fleet at once, as fast as the load generator's connections allow — a fleet re-registering after an outage), BENCH_PORT (18181; the service's profiler listens on the next port, for the
 # live heap per server), BENCH_PG (superuser base URL of a PostgreSQL
 # server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_REFERENCE (1: after
 # mcpfleet, drive the naive reference server with the same load on its own fresh database and report both; 0
@@ -71,7 +72,7 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	echo "bench: service pid $PID on :$PORT, $N modules, H=$H, steady $DURATION" >&2
 	# shellcheck disable=SC2086
 	env "${SERVE_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
-		--n "$N" --interval "$H" --duration "$DURATION" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
+		--n "$N" --interval "$H" --duration "$DURATION" --ramp "${BENCH_RAMP:-0}" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
 		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" \
 		--service-cpuprofile .data/bench-service-cpu.pprof --max-runtime "${BENCH_MAX_RUNTIME:-60m}" ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
