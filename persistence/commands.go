@@ -384,9 +384,9 @@ type TransitionCmd struct {
 	FlapCount int
 	// Skills, if not nil, is the availability the transition cascades to the server's skills
 	// (lifecycle.Transition.Cascade: the skill_unavailable cascade, seed §11.2, and its reverse on
-	// recovery), written by the same statement when the transition is applied — a committed status and
-	// its skills never disagree. Only skills that differ are written; an orphaned skill is never made
-	// available. A transition not applied writes no skill (ReconcileSkills repairs what else drifts).
+	// recovery), written by the same statement when the transition is applied, so no crash separates
+	// the two. Only skills that differ are written; an orphaned skill is never made available. A
+	// transition not applied writes no skill (ReconcileSkills repairs what else drifts).
 	Skills *bool
 
 	Applied bool // result: false if the event had already been applied
