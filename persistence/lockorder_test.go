@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/shard"
 )
 
 // Heartbeat stamps and transition sets both write many rows of mcp_servers in one statement. A load run
@@ -93,9 +94,12 @@ func TestTransitionSetLocksServersInIDOrder(t *testing.T) {
 	lo, hi, hold := d.lockedPair()
 	done := make(chan []error, 1)
 	// Fenced, as the service writes them: unfenced transitions are applied one by one.
-	f := d.fences("n1", hi, lo)
-	fenced := []persistence.Command{persistence.WithFence(d.unhealthyCmd(hi), f[0]),
-		persistence.WithFence(d.unhealthyCmd(lo), f[1])}
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := []persistence.Command{persistence.WithFence(d.unhealthyCmd(hi), fences[shard.Of(hi)]),
+		persistence.WithFence(d.unhealthyCmd(lo), fences[shard.Of(lo)])}
 	go func() { done <- d.store.Commit(ctx, fenced) }()
 	d.waitForLockWait(`/* transition set */%`)
 	if !heldByAnother(t, hold, lo) {
@@ -236,11 +240,14 @@ func TestGroupCommitLocksTenantsInIDOrder(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	tenants, servers, hold := d.tenantServers(2)
-	f := d.fences("n1", servers...)
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := func(i int) persistence.Command {
 		c := d.unhealthyCmd(servers[i])
 		c.TenantID = tenants[i]
-		return persistence.WithFence(c, f[i])
+		return persistence.WithFence(c, fences[shard.Of(servers[i])])
 	}
 	done := make(chan []error, 1)
 	go func() { done <- d.store.Commit(ctx, []persistence.Command{cmd(1), cmd(0)}) }() // the higher tenant's first

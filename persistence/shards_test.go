@@ -27,23 +27,6 @@ func (d *dash) claim(srv uuid.UUID, node string) persistence.Fence {
 	return persistence.Fence{Shard: sh, Epoch: epoch}
 }
 
-// fences claims the shards of srvs for node, each distinct shard once (a second claim of a shard would
-// stale the fence the first returned), and returns one fence per server, in order.
-func (d *dash) fences(node string, srvs ...uuid.UUID) []persistence.Fence {
-	d.t.Helper()
-	byShard := map[int]persistence.Fence{}
-	out := make([]persistence.Fence, len(srvs))
-	for i, srv := range srvs {
-		f, ok := byShard[shard.Of(srv)]
-		if !ok {
-			f = d.claim(srv, node)
-			byShard[shard.Of(srv)] = f
-		}
-		out[i] = f
-	}
-	return out
-}
-
 // count runs a count(*) query as the owner (no RLS).
 func (d *dash) count(sql string, args ...any) int {
 	d.t.Helper()

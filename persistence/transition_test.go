@@ -197,8 +197,11 @@ func TestDeregistrationReturnsTheAdvertisement(t *testing.T) {
 	if errs := d.store.Commit(ctx, []persistence.Command{a}); errs[0] != nil { // unfenced: applied alone
 		t.Fatal(errs[0])
 	}
-	f := d.fences("n1", inSet, sick)
-	set := []persistence.Command{persistence.WithFence(b, f[0]), persistence.WithFence(c, f[1])}
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := []persistence.Command{persistence.WithFence(b, fences[shard.Of(inSet)]), persistence.WithFence(c, fences[shard.Of(sick)])}
 	for i, err := range d.store.Commit(ctx, set) {
 		if err != nil {
 			t.Fatalf("set command %d: %v", i, err)
@@ -231,7 +234,10 @@ func TestTransitionCascadesSkills(t *testing.T) {
 			VALUES ($1, $2, $3, 'live', '{}', true, true, NULL), ($4, $2, $3, 'gone', '{}', true, false, $5)`,
 			uuid.New(), d.tenant, srv, uuid.New(), t0)
 	}
-	f := d.fences("n1", inSet, other)
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	available := func(srv uuid.UUID) string {
 		var s string
 		if err := d.owner.QueryRow(ctx, `SELECT string_agg(name || '=' || available::text, ',' ORDER BY name)
@@ -255,8 +261,8 @@ func TestTransitionCascadesSkills(t *testing.T) {
 	}
 	off, on := false, true
 	commit(move(alone, health.Healthy, health.Unhealthy, &off), // unfenced: alone
-		persistence.WithFence(move(inSet, health.Healthy, health.Unhealthy, &off), f[0]),
-		persistence.WithFence(move(other, health.Healthy, health.Unhealthy, &off), f[1]),
+		persistence.WithFence(move(inSet, health.Healthy, health.Unhealthy, &off), fences[shard.Of(inSet)]),
+		persistence.WithFence(move(other, health.Healthy, health.Unhealthy, &off), fences[shard.Of(other)]),
 		move(untouched, health.Healthy, health.Degraded, nil))
 	for srv, want := range map[uuid.UUID]string{alone: "gone=false,live=false", inSet: "gone=false,live=false",
 		other: "gone=false,live=false", untouched: "gone=false,live=true"} {
@@ -266,8 +272,8 @@ func TestTransitionCascadesSkills(t *testing.T) {
 	}
 	// other is unhealthy already: its "recovery" to unhealthy is no transition and cascades nothing.
 	commit(move(alone, health.Unhealthy, health.Healthy, &on),
-		persistence.WithFence(move(inSet, health.Unhealthy, health.Healthy, &on), f[0]),
-		persistence.WithFence(move(other, health.Unhealthy, health.Unhealthy, &on), f[1]))
+		persistence.WithFence(move(inSet, health.Unhealthy, health.Healthy, &on), fences[shard.Of(inSet)]),
+		persistence.WithFence(move(other, health.Unhealthy, health.Unhealthy, &on), fences[shard.Of(other)]))
 	for srv, want := range map[uuid.UUID]string{alone: "gone=false,live=true", inSet: "gone=false,live=true",
 		other: "gone=false,live=false"} {
 		if got := available(srv); got != want {
