@@ -281,3 +281,52 @@ func TestTransitionCascadesSkills(t *testing.T) {
 		}
 	}
 }
+
+// A group commit of two tenants' transitions cascades each to its own tenant's skills, and a transition
+// naming another tenant's server (its own tenant id, the other's server id) is not found and cascades
+// nothing: the cascade runs under the tenant of its transition, like the rest of the statement.
+func TestTransitionCascadeStaysInItsTenant(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	other := d.newTenant("other")
+	mine, theirs := d.server(d.tenant, "m", health.Healthy, 0), d.server(other, "m", health.Healthy, 1)
+	for tenant, srv := range map[uuid.UUID]uuid.UUID{d.tenant: mine, other: theirs} {
+		d.exec(tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available)
+			VALUES ($1, $2, $3, 'tool', '{}', true, true)`, uuid.New(), tenant, srv)
+	}
+	fences, err := d.store.ClaimShards(ctx, shard.All(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, on := false, true
+	move := func(tenant, srv uuid.UUID, to health.Status, skills *bool) persistence.Command {
+		c := d.unhealthyCmd(srv)
+		c.TenantID, c.To, c.Skills, c.AlertKind = tenant, to, skills, ""
+		return persistence.WithFence(c, fences[shard.Of(srv)])
+	}
+	available := func(srv uuid.UUID) bool {
+		var v bool
+		if err := d.owner.QueryRow(ctx, `SELECT available FROM skill_registry WHERE server_id = $1`, srv).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for i, err := range d.store.Commit(ctx, []persistence.Command{move(d.tenant, mine, health.Unhealthy, &off), move(other, theirs, health.Unhealthy, &off)}) {
+		if err != nil {
+			t.Fatalf("tenant %d's transition: %v", i, err)
+		}
+	}
+	if available(mine) || available(theirs) {
+		t.Fatalf("after both tenants' transitions: skills available %v (mine), %v (theirs), want false, false", available(mine), available(theirs))
+	}
+	errs := d.store.Commit(ctx, []persistence.Command{move(d.tenant, theirs, health.Healthy, &on)})
+	if !errors.Is(errs[0], persistence.ErrNotFound) {
+		t.Fatalf("a transition of another tenant's server: %v, want ErrNotFound", errs[0])
+	}
+	if available(theirs) {
+		t.Fatal("a transition of another tenant's server made its skills available")
+	}
+	if n := d.count(`SELECT count(*) FROM mcp_servers WHERE server_id = $1 AND status = 'unhealthy'`, theirs); n != 1 {
+		t.Fatal("a transition of another tenant's server changed its status")
+	}
+}
