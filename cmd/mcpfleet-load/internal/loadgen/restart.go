@@ -237,7 +237,7 @@ func (r *runner) runRestarts(ctx context.Context, s *Summary, registered int) {
 		after.finish()
 		ph := newPhase("peak, tracing " + c.name)
 		r.cur.Store(ph)
-		cpu, cpuOK := r.warmAndRun(ctx, ph, r.hbHC, r.hbURL, len(r.registeredIndexes()), r.pickRegistered(), r.child.Process.Pid)
+		cpu, cpuOK := r.warmAndRun(ctx, ph, r.hb, len(r.registeredIndexes()), r.pickRegistered(), r.child.Process.Pid)
 		r.cur.Store(idle)
 		s.Tracing.Runs = append(s.Tracing.Runs, TracingRun{Name: c.name, Env: c.env, ReadySeconds: ready.Seconds(),
 			AfterReady: summarizePhase(after, float64(registered)/r.cfg.Interval.Seconds()), Peak: summarizePhase(ph, 0),

@@ -36,10 +36,13 @@ func TestOpenLoopPaces(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"healthy"}`)
 	}))
 	t.Cleanup(ts.Close)
-	r := newRunner(Config{N: 1, Interval: time.Second, Connections: 8, RequestTimeout: 5 * time.Second}, io.Discard)
+	r, err := newRunner(Config{BaseURL: ts.URL, N: 1, Interval: time.Second, Connections: 8, RequestTimeout: 5 * time.Second}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ph := newPhase("open loop")
 	const rate, d = 500.0, time.Second
-	r.openLoop(context.Background(), ph, newTransportClient(8, 5*time.Second), ts.URL, 10, rate, d,
+	r.openLoop(context.Background(), ph, r.hb, 10, rate, d,
 		func(k int) (*module, []byte) { return nil, []byte(`{"server_id":"x"}`) })
 	// Pacing is by the wall clock, so the count is rate × d less what the deadline cut off in flight.
 	if n := float64(ph.ok.Load()); n < rate*d.Seconds()*0.8 || n > rate*d.Seconds()*1.01 {
@@ -59,7 +62,10 @@ func TestBulkTimeout(t *testing.T) {
 		{10_000, 100, 360 * time.Second}, // the ramp's 3 × 100 s
 		{10_000, 0, 90 * time.Second},    // no ramp: as fast as the connections allow, predicted at 1,000/s
 	} {
-		r := newRunner(Config{N: tc.n, Ramp: tc.ramp, Interval: time.Second, Connections: 8, RequestTimeout: time.Second}, io.Discard)
+		r, err := newRunner(Config{BaseURL: "http://127.0.0.1:1", N: tc.n, Ramp: tc.ramp, Interval: time.Second, Connections: 8, RequestTimeout: time.Second}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got := r.bulkTimeout(); got != tc.want {
 			t.Errorf("N %d, ramp %d: %s, want %s", tc.n, tc.ramp, got, tc.want)
 		}
