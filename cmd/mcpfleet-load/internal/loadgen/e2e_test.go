@@ -92,6 +92,10 @@ func TestRunEndToEnd(t *testing.T) {
 	if s.Registration.Registered != 200 || s.Registration.Created != 200 || s.Registration.Errors.Total != 0 {
 		t.Errorf("registration = %+v", s.Registration)
 	}
+	// A fleet under 100,000 is its own "first 100,000": the time to its last registration.
+	if r := s.Registration; r.FirstRegistered != 200 || r.FirstSeconds <= 0 || r.FirstSeconds > r.Seconds {
+		t.Errorf("first registrations: %d in %.3f s (whole: %.3f s)", r.FirstRegistered, r.FirstSeconds, r.Seconds)
+	}
 	// 200 modules every 500 ms: 400 heartbeats/s.
 	if r := s.Steady.RatePerSecond; r < 300 || r > 500 {
 		t.Errorf("steady rate = %.0f/s, want about 400", r)

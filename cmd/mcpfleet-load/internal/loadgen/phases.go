@@ -140,6 +140,8 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 	go pace(ctx, items, r.cfg.Ramp, idx)
 
 	var created, registered atomic.Int64
+	first := min(r.cfg.N, TargetRegistrationFleet)
+	var firstAt atomic.Int64 // the phase's elapsed time at the first-th registration, ns
 	var warnOnce sync.Once
 	r.setProgress(func() string {
 		el := ph.elapsed()
@@ -190,7 +192,9 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 				m.body, _ = json.Marshal(serverIDBody{resp.ServerID}) // cannot fail for a struct of a string
 				m.ok.add(okMark{sent: sent, answered: r.now()})
 				m.state.Store(stateRegistered)
-				registered.Add(1)
+				if registered.Add(1) == int64(first) {
+					firstAt.Store(int64(ph.elapsed()))
+				}
 				select {
 				case addCh <- i:
 				case <-ctx.Done():
@@ -202,16 +206,18 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 	ph.finish()
 	n := registered.Load()
 	s := RegistrationSummary{
-		Attempted:     int(ph.sent.Load()),
-		Registered:    int(n),
-		Created:       int(created.Load()),
-		Reregistered:  int(n - created.Load()),
-		Seconds:       ph.elapsed().Seconds(),
-		RatePerSecond: float64(n) / ph.elapsed().Seconds(),
-		P50Ms:         msOf(ph.lat.Quantile(0.50)),
-		P99Ms:         msOf(ph.lat.Quantile(0.99)),
-		MaxMs:         msOf(ph.lat.Max()),
-		Errors:        summarizeErrors(&ph.errs),
+		Attempted:       int(ph.sent.Load()),
+		Registered:      int(n),
+		Created:         int(created.Load()),
+		Reregistered:    int(n - created.Load()),
+		Seconds:         ph.elapsed().Seconds(),
+		RatePerSecond:   float64(n) / ph.elapsed().Seconds(),
+		FirstRegistered: first,
+		FirstSeconds:    time.Duration(firstAt.Load()).Seconds(),
+		P50Ms:           msOf(ph.lat.Quantile(0.50)),
+		P99Ms:           msOf(ph.lat.Quantile(0.99)),
+		MaxMs:           msOf(ph.lat.Max()),
+		Errors:          summarizeErrors(&ph.errs),
 	}
 	if missing := r.cfg.N - int(n); missing > 0 && s.Errors.Total == 0 {
 		// Stopped by the bound on the phase, not by errors.

@@ -18,8 +18,11 @@ const (
 	TargetInterval     = 10 * time.Second
 	TargetP99          = 50 * time.Millisecond
 	TargetRSSKiBPerSrv = 2.5
-	// TargetRegistrationsPerSec is a whole fleet re-registering at once: 100,000 in 20 s.
+	// TargetRegistrationsPerSec is a whole fleet re-registering at once: 100,000 in 20 s. It is judged
+	// on the first TargetRegistrationFleet registrations ("sustained to 100,000"), the whole run's
+	// fleet when it is smaller; a larger fleet's whole rate is reported beside it.
 	TargetRegistrationsPerSec = 5000.0
+	TargetRegistrationFleet   = 100_000
 	// TargetCPUVsNoop bounds the service's CPU per steady heartbeat ÷ the no-op server's CPU per
 	// request under the same load: the steady rate N/H, paced, through as many connections.
 	TargetCPUVsNoop = 2.5
@@ -126,16 +129,28 @@ type ErrorSummary struct {
 
 // RegistrationSummary describes phase (a).
 type RegistrationSummary struct {
-	Attempted     int          `json:"attempted_requests"`
-	Registered    int          `json:"registered"`
-	Created       int          `json:"created"`
-	Reregistered  int          `json:"reregistered"`
-	Seconds       float64      `json:"seconds"`
-	RatePerSecond float64      `json:"rate_per_second"`
-	P50Ms         float64      `json:"p50_ms"`
-	P99Ms         float64      `json:"p99_ms"`
-	MaxMs         float64      `json:"max_ms"`
-	Errors        ErrorSummary `json:"errors"`
+	Attempted     int     `json:"attempted_requests"`
+	Registered    int     `json:"registered"`
+	Created       int     `json:"created"`
+	Reregistered  int     `json:"reregistered"`
+	Seconds       float64 `json:"seconds"`
+	RatePerSecond float64 `json:"rate_per_second"`
+	// FirstRegistered is min(N, TargetRegistrationFleet) and FirstSeconds the time from the phase's
+	// start to its FirstRegistered-th registration answered (0: never reached).
+	FirstRegistered int          `json:"first_registered"`
+	FirstSeconds    float64      `json:"first_seconds"`
+	P50Ms           float64      `json:"p50_ms"`
+	P99Ms           float64      `json:"p99_ms"`
+	MaxMs           float64      `json:"max_ms"`
+	Errors          ErrorSummary `json:"errors"`
+}
+
+// FirstRate is the registration rate up to FirstRegistered; ok is false if they were not all registered.
+func (r RegistrationSummary) FirstRate() (rate float64, ok bool) {
+	if r.FirstSeconds <= 0 || r.FirstRegistered <= 0 {
+		return 0, false
+	}
+	return float64(r.FirstRegistered) / r.FirstSeconds, true
 }
 
 // PhaseSummary describes a heartbeat phase.
@@ -466,11 +481,19 @@ func (s *Summary) startTargets() []Target {
 		cold.Measured = "— (" + s.ColdStart.Error + ")"
 	}
 	cold.Result = judge(s.ColdStart.Measured, s.ColdStart.Servers >= TargetServers && s.ColdStart.Seconds <= TargetColdStart.Seconds())
+	reg := s.Registration
+	rate, reached := reg.FirstRate()
+	measured := fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", rate, thousands(int64(reg.FirstRegistered)), reg.FirstSeconds)
+	if !reached {
+		measured = fmt.Sprintf("— (%s of %s registered, in %.1f s)", thousands(int64(reg.Registered)), thousands(int64(max(reg.FirstRegistered, reg.Registered))), reg.Seconds)
+	} else if reg.Registered > reg.FirstRegistered {
+		measured += fmt.Sprintf("; the whole fleet: %.0f/s (%s in %.1f s)", reg.RatePerSecond, thousands(int64(reg.Registered)), reg.Seconds)
+	}
 	return []Target{{
 		Name:      "registration rate",
-		Threshold: fmt.Sprintf("≥ %s registrations/s", thousands(int64(TargetRegistrationsPerSec))),
-		Measured:  fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", s.Registration.RatePerSecond, thousands(int64(s.Registration.Registered)), s.Registration.Seconds),
-		Result:    judge(s.Registration.Registered > 0, s.Registration.RatePerSecond >= TargetRegistrationsPerSec),
+		Threshold: fmt.Sprintf("≥ %s registrations/s, sustained to %s", thousands(int64(TargetRegistrationsPerSec)), thousands(TargetRegistrationFleet)),
+		Measured:  measured,
+		Result:    judge(reg.Registered > 0, reached && reg.FirstRegistered >= min(reg.Registered, TargetRegistrationFleet) && rate >= TargetRegistrationsPerSec),
 	}, cold}
 }
 
@@ -604,6 +627,9 @@ func registrationFigures(f figures, s *Summary) {
 	f.row("registration", "of which new (201) / re-registered (200)", thousands(int64(r.Created))+" / "+thousands(int64(r.Reregistered)), "servers")
 	f.row("registration", "duration", f1(r.Seconds), "s")
 	f.row("registration", "registration rate", f1(r.RatePerSecond), "registrations/s")
+	if first, ok := r.FirstRate(); ok && r.FirstRegistered < r.Registered {
+		f.row("registration", "the first "+thousands(int64(r.FirstRegistered))+": duration / rate", f1(r.FirstSeconds)+" / "+f1(first), "s, registrations/s")
+	}
 	f.row("registration", "latency p50 / p99 / max", f2(r.P50Ms)+" / "+f2(r.P99Ms)+" / "+f2(r.MaxMs), "ms")
 	f.row("registration", "errors", nf(r.Errors.Total), "requests")
 	f.row("registration", "heartbeats sent meanwhile", nf(s.Warmup.OK), "heartbeats")
