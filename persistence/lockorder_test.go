@@ -267,3 +267,33 @@ func TestGroupCommitLocksTenantsInIDOrder(t *testing.T) {
 		t.Fatalf("%d of 2 servers unhealthy", c)
 	}
 }
+
+// TestStampsOfInterleavedTenantsEachLand: stamps of three tenants, interleaved and several per tenant,
+// each land on its own server at its own time (each tenant's run of the sorted stamps is written under
+// that tenant: a stamp grouped under another tenant would miss its row, which RLS hides), and a stamp
+// never moves a server's time backwards.
+func TestStampsOfInterleavedTenantsEachLand(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	tenants := []uuid.UUID{d.tenant, d.newTenant("b"), d.newTenant("c")}
+	var stamps []persistence.Stamp
+	want := map[uuid.UUID]time.Time{}
+	for i := range 4 {
+		for j, tn := range tenants {
+			srv := d.server(tn, fmt.Sprintf("m%d", i), health.Healthy, 0)
+			at := t0.Add(time.Duration(1+i*len(tenants)+j) * time.Minute)
+			stamps = append(stamps, persistence.Stamp{TenantID: tn, ServerID: srv, At: at})
+			want[srv] = at
+		}
+	}
+	older := stamps[0]
+	older.At = t0.Add(-time.Hour)
+	if _, err := d.store.StampHeartbeatsFenced(ctx, append(stamps, older)); err != nil {
+		t.Fatal(err)
+	}
+	for srv, at := range want {
+		if c := d.count(`SELECT count(*) FROM mcp_servers WHERE server_id = $1 AND last_heartbeat_at = $2`, srv, at); c != 1 {
+			t.Errorf("server %s: its stamp at %s did not land", srv, at.Format(time.TimeOnly))
+		}
+	}
+}
