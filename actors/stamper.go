@@ -122,7 +122,7 @@ func (s *stamper) flush(ctx actor.Context) {
 	for _, st := range s.pending {
 		batch = append(batch, st)
 	}
-	s.pending = make(map[uuid.UUID]persistence.Stamp, len(batch))
+	clear(s.pending) // the batch holds copies; the map keeps its room for the next window's stamps
 	s.flushing = true
 	system, self, epoch, store, t, links := ctx.ActorSystem(), ctx.Self(), s.epoch, s.store, s.tel, s.links
 	s.links = batchLinks{}
