@@ -24,23 +24,26 @@ import (
 
 // Config is the load generator's configuration, from flags and environment.
 type Config struct {
-	BaseURL        string
-	APIKey         string
-	ReadKey        string
-	N              int
-	Interval       time.Duration
-	Jitter         time.Duration
-	Ramp           int
-	Duration       time.Duration
-	Connections    int
-	PeakWorkers    int
-	PeakDuration   time.Duration
-	Ceiling        bool
-	ServicePID     int
-	ReportPath     string
-	JSON           bool
-	AllowRemote    bool
-	Deregister     bool
+	BaseURL      string
+	APIKey       string
+	ReadKey      string
+	N            int
+	Interval     time.Duration
+	Jitter       time.Duration
+	Ramp         int
+	Duration     time.Duration
+	Connections  int
+	PeakWorkers  int
+	PeakDuration time.Duration
+	Ceiling      bool
+	ServicePID   int
+	ReportPath   string
+	JSON         bool
+	AllowRemote  bool
+	Deregister   bool
+	// HoldSearch, when the steady phase does not hold the fleet, searches for the largest fleet held by
+	// taking a tenth out at a time (holdsearch.go).
+	HoldSearch     bool
 	ModulePrefix   string
 	RequestTimeout time.Duration
 	MaxRuntime     time.Duration
@@ -131,6 +134,7 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.JSON, "json", false, "print a JSON summary on stdout")
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback base URL")
 	fs.BoolVar(&cfg.Deregister, "deregister", true, "deregister every module at the end")
+	fs.BoolVar(&cfg.HoldSearch, "hold-search", true, "if the steady phase does not hold the fleet, take a tenth out at a time until a size holds (down to half)")
 	fs.StringVar(&cfg.ModulePrefix, "module-prefix", "load", "module names are PREFIX-0000001, PREFIX-0000002, …")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 5*time.Second, "timeout of one request")
 	fs.DurationVar(&cfg.MaxRuntime, "max-runtime", 30*time.Minute, "hard limit on the whole run")

@@ -14,6 +14,7 @@ import (
 // backends of its database had used, and the machine's busy and total CPU time, at its start.
 type cpuMark struct {
 	client     time.Duration
+	pid        int // the service's process
 	service    time.Duration
 	serviceErr error
 	db         BackendCPU
@@ -22,13 +23,22 @@ type cpuMark struct {
 	machineErr error
 }
 
+// servicePID is the service's process now: the child the restart phases started, once they have, else
+// Config.ServicePID (0: not measured).
+func (r *runner) servicePID() int {
+	if r.child != nil {
+		return r.child.Process.Pid
+	}
+	return r.cfg.ServicePID
+}
+
 // startCPU marks the start of a window whose CPU stopCPU reports.
 func (r *runner) startCPU(ctx context.Context) cpuMark {
 	var m cpuMark
 	m.client, _ = ReadCPUTime(os.Getpid())
 	m.serviceErr = errors.New("no service pid")
-	if r.cfg.ServicePID > 0 {
-		m.service, m.serviceErr = ReadCPUTime(r.cfg.ServicePID)
+	if m.pid = r.servicePID(); m.pid > 0 {
+		m.service, m.serviceErr = ReadCPUTime(m.pid)
 	}
 	if r.pg != nil {
 		m.db, m.dbErr = readBackendCPU(ctx, r.pg, r.cfg.ServiceDatabase)
@@ -47,8 +57,8 @@ func (r *runner) stopCPU(ctx context.Context, m cpuMark, el time.Duration, windo
 	if c, err := ReadCPUTime(os.Getpid()); err == nil {
 		s.ClientPercent = 100 * float64(c-m.client) / float64(el)
 	}
-	if r.cfg.ServicePID > 0 && m.serviceErr == nil {
-		if c, err := ReadCPUTime(r.cfg.ServicePID); err == nil {
+	if m.pid > 0 && m.serviceErr == nil {
+		if c, err := ReadCPUTime(m.pid); err == nil {
 			s.ServicePercent = 100 * float64(c-m.service) / float64(el)
 			s.ServiceCPUSeconds = (c - m.service).Seconds()
 			s.ServiceMeasured = true

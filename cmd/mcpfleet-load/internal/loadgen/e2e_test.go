@@ -14,10 +14,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +344,88 @@ func TestRunInterruptedStillDeregisters(t *testing.T) {
 			t.Errorf("%s is %s after an interrupted run", srv.ModuleName, srv.Status)
 		}
 	}
+}
+
+// TestRunSearchesForTheLargestFleetHeld: a service that answers heartbeats slowly (p99 over 50 ms)
+// while more than 300 servers are registered does not hold 400; the step-down takes 40 out at a time
+// (evenly spread) and finds 280 held, with 360 and 320 not, and says what broke above it. (No jitter:
+// a window of 1.5 s then holds exactly its share of beats, and the 99 % rule is not a coin toss.)
+func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
+	target, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/mcp/servers/register":
+			live.Add(1)
+		case "/v1/mcp/servers/deregister":
+			live.Add(-1)
+		case "/v1/mcp/servers/heartbeat":
+			if live.Load() > 300 {
+				time.Sleep(60 * time.Millisecond) // a saturated service, not a test waiting
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	cfg := holdConfig(slow.URL, fake.APIKey)
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !s.Hold.Ran || s.Hold.Largest != 280 {
+		t.Fatalf("hold search = %+v, want it to run and find 280", s.Hold)
+	}
+	var sizes []int
+	for _, st := range s.Hold.Steps {
+		sizes = append(sizes, st.Servers)
+		if st.Held != (st.Servers == 280) || st.Deregistered != 40 || st.Window.ExpectedRatePerSecond != float64(st.Servers)*2 {
+			t.Errorf("step %+v", st)
+		}
+	}
+	if !slices.Equal(sizes, []int{360, 320, 280}) {
+		t.Errorf("sizes %v, want 360, 320, 280", sizes)
+	}
+	var report bytes.Buffer
+	if err := loadgen.WriteMarkdown(&report, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Largest fleet held", "largest held in the step-down: 280 servers", "Largest held: 280 servers. What breaks next, at 320: "} {
+		if !strings.Contains(report.String(), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	// The rest are deregistered at the end, and the fleet the fake holds is empty.
+	if s.Deregistration.Deregistered != 280 || s.Deregistration.Errors.Total != 0 || live.Load() != 0 {
+		t.Errorf("deregistration %+v, %d left", s.Deregistration, live.Load())
+	}
+}
+
+// TestRunSearchesNothingWhenTheFleetHolds: a fleet held in the steady phase is not stepped down.
+func TestRunSearchesNothingWhenTheFleetHolds(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
+	s, err := loadgen.Run(t.Context(), holdConfig(fake.URL, fake.APIKey), io.Discard)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if s.Hold.Ran || len(s.Hold.Steps) != 0 || s.Deregistration.Deregistered != 400 {
+		t.Errorf("hold search %+v, deregistered %d", s.Hold, s.Deregistration.Deregistered)
+	}
+}
+
+// holdConfig is a run of 400 modules without jitter, 1.5 s windows, connections enough for 60 ms
+// answers at the full rate, and the step-down search on.
+func holdConfig(baseURL, key string) loadgen.Config {
+	cfg := smallConfig(baseURL, key)
+	cfg.N = 400
+	cfg.Jitter = 0
+	cfg.Connections = 64
+	cfg.Duration = 1500 * time.Millisecond
+	cfg.PeakDuration = 0
+	cfg.HoldSearch = true
+	return cfg
 }

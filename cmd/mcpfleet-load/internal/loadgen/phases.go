@@ -227,17 +227,11 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 	return regResult{ph: ph, summary: s}
 }
 
-// deregister deregisters every registered module at cfg.Ramp per second.
-func (r *runner) deregister(ctx context.Context) DeregistrationSummary {
+// deregister deregisters the modules items at cfg.Ramp per second.
+func (r *runner) deregister(ctx context.Context, items []int32) DeregistrationSummary {
 	ph := newPhase("deregistration")
 	ctx, cancel := context.WithTimeout(ctx, r.bulkTimeout())
 	defer cancel()
-	var items []int32
-	for i := range r.mods {
-		if r.mods[i].state.Load() == stateRegistered {
-			items = append(items, int32(i))
-		}
-	}
 	idx := make(chan int32, r.cfg.Connections)
 	go pace(ctx, items, r.cfg.Ramp, idx)
 	var done atomic.Int64

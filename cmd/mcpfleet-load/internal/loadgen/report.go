@@ -61,6 +61,7 @@ type Summary struct {
 	Tracing        TracingSummary        `json:"tracing"`
 	ColdStart      ColdStartSummary      `json:"cold_start"`
 	Deregistration DeregistrationSummary `json:"deregistration"`
+	Hold           HoldSearch            `json:"hold_search"`
 	Tail           PhaseSummary          `json:"deregistration_heartbeats"`
 	// CPU is the CPU the load generator and the service used during the
 	// steady phase.
@@ -364,11 +365,86 @@ func (s *Summary) fleetHeld() bool {
 // phase fell short of N/H, the rate it did answer.
 func fleetSizeText(s *Summary) string {
 	n, h := thousands(int64(s.Registration.Registered)), secs(s.Config.IntervalSeconds)
-	if s.Steady.ExpectedRatePerSecond == 0 || s.fleetHeld() {
-		return fmt.Sprintf("%s servers every %s", n, h)
+	t := fmt.Sprintf("%s servers every %s", n, h)
+	if s.Steady.ExpectedRatePerSecond > 0 && !s.fleetHeld() {
+		t = fmt.Sprintf("%s servers registered, not held every %s: %.0f of the %.0f heartbeats/s expected answered (%.0f %%)",
+			n, h, s.Steady.RatePerSecond, s.Steady.ExpectedRatePerSecond, 100*s.Steady.RatePerSecond/s.Steady.ExpectedRatePerSecond)
 	}
-	return fmt.Sprintf("%s servers registered, not held every %s: %.0f of the %.0f heartbeats/s expected answered (%.0f %%)",
-		n, h, s.Steady.RatePerSecond, s.Steady.ExpectedRatePerSecond, 100*s.Steady.RatePerSecond/s.Steady.ExpectedRatePerSecond)
+	return t + holdText(s.Hold)
+}
+
+// holdText is the step-down search's outcome for the fleet-size target, "" if it did not run.
+func holdText(h HoldSearch) string {
+	switch {
+	case !h.Ran:
+		return ""
+	case h.Largest > 0:
+		return fmt.Sprintf("; largest held in the step-down: %s servers", thousands(int64(h.Largest)))
+	case len(h.Steps) > 0:
+		return fmt.Sprintf("; none held in the step-down to %s servers", thousands(int64(h.Steps[len(h.Steps)-1].Servers)))
+	}
+	return "; the step-down ran no step"
+}
+
+// writeHoldSearch writes the step-down search's table: each size's window, and which held.
+func writeHoldSearch(b *strings.Builder, s *Summary) {
+	h := s.Hold
+	if !h.Ran {
+		return
+	}
+	fmt.Fprintf(b, "\n## Largest fleet held\n\n")
+	fmt.Fprintf(b, "The steady phase did not hold %s servers (held: at least %.0f %% of N/H answered, p99 under %d ms, no error, no false transition). "+
+		"After the restarts the run took an evenly spread tenth of the fleet out at a time (deregistered: the rest keep their phases, so the load stays even over H), "+
+		"waited for the schedule's backlog to clear, and ran the steady schedule for %s at each size, until one held or half the fleet was gone; "+
+		"the deregistration below then covers the rest.\n\n", thousands(int64(s.Registration.Registered)), 100*heldShare, TargetP99.Milliseconds(), secs(min(s.Config.SteadySeconds, 30)))
+	fmt.Fprintf(b, "| servers | heartbeats/s answered / expected | latency p50 / p99 / max (ms) | errors | false transitions | CPU: service / load generator (%% of one core) | machine busy (%% of 2 CPUs) | held |\n|---|---|---|---|---|---|---|---|\n")
+	for _, st := range h.Steps {
+		w := st.Window
+		held := "no"
+		if st.Held {
+			held = "**yes**"
+		}
+		fmt.Fprintf(b, "| %s | %.0f / %.0f | %s | %s | %s | %.0f / %.0f | %.0f | %s |\n", thousands(int64(st.Servers)), w.RatePerSecond, w.ExpectedRatePerSecond,
+			latencies(w), nf(w.Errors.Total), nf(w.NonHealthyOnTime+uint64(st.FalseSwept)), st.CPU.ServicePercent, st.CPU.ClientPercent, st.CPU.MachineBusyPercent, held)
+	}
+	fmt.Fprintf(b, "\n%s\n", holdVerdict(s))
+}
+
+// holdVerdict says, in a sentence, the largest size held and what broke at the next size up.
+func holdVerdict(s *Summary) string {
+	h := s.Hold
+	if len(h.Steps) == 0 {
+		return "No step ran."
+	}
+	above, aboveN := s.Steady, s.Registration.Registered
+	for _, st := range h.Steps {
+		if st.Held {
+			return fmt.Sprintf("Largest held: %s servers. What breaks next, at %s: %s.", thousands(int64(st.Servers)), thousands(int64(aboveN)), broken(above))
+		}
+		above, aboveN = st.Window, st.Servers
+	}
+	return fmt.Sprintf("None held down to %s servers; there: %s.", thousands(int64(aboveN)), broken(above))
+}
+
+// broken lists what a window missed of the held rule.
+func broken(w PhaseSummary) string {
+	var out []string
+	if w.ExpectedRatePerSecond > 0 && w.RatePerSecond < heldShare*w.ExpectedRatePerSecond {
+		out = append(out, fmt.Sprintf("%.0f of %.0f heartbeats/s answered (%.1f %%)", w.RatePerSecond, w.ExpectedRatePerSecond, 100*w.RatePerSecond/w.ExpectedRatePerSecond))
+	}
+	if w.P99Ms >= float64(TargetP99.Milliseconds()) {
+		out = append(out, fmt.Sprintf("p99 %s ms", f2(w.P99Ms)))
+	}
+	if w.Errors.Total > 0 {
+		out = append(out, nf(w.Errors.Total)+" errors")
+	}
+	if w.NonHealthyOnTime > 0 {
+		out = append(out, nf(w.NonHealthyOnTime)+" non-healthy answers on time")
+	}
+	if len(out) == 0 {
+		return "false transitions seen by a sweep"
+	}
+	return strings.Join(out, ", ")
 }
 
 // judge is a target's result: not measured, met or not.
@@ -542,6 +618,7 @@ func WriteMarkdown(w io.Writer, s *Summary) error {
 	writeHeader(&b, s)
 	writeTargets(&b, s)
 	writeFigures(&b, s)
+	writeHoldSearch(&b, s)
 	if s.Reference != nil {
 		fmt.Fprintf(&b, "\n## Against the naive reference\n\n")
 		fmt.Fprintf(&b, "The same load, after mcpfleet, against the seed's design taken literally: a gin server with a pgx pool, one `UPDATE … SET last_heartbeat_at = now()` per heartbeat and a set-based scan every H/2 marking late servers degraded and unhealthy, on a fresh database of the same PostgreSQL, with no authentication, tenancy, audit, cascade or tracing. CPU per heartbeat is the primary figure: it depends far less on what else ran on the machine than rates and latencies do.\n\n")
@@ -798,6 +875,12 @@ func writeErrors(b *strings.Builder, s *Summary) {
 		{"registration", s.Registration.Errors}, {"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
 		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
 		{"deregistration heartbeats", s.Tail.Errors},
+	}
+	for _, st := range s.Hold.Steps {
+		phases = append(phases, struct {
+			name string
+			e    ErrorSummary
+		}{"hold search, " + thousands(int64(st.Servers)) + " servers", st.Window.Errors})
 	}
 	for _, run := range s.Tracing.Runs {
 		phases = append(phases, struct {

@@ -250,6 +250,11 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		}()
 	}
 
+	// The largest fleet held, if the steady phase did not hold the whole fleet.
+	if ctx.Err() == nil {
+		r.searchHeld(ctx, s)
+	}
+
 	// Deregistration; the wheel keeps the rest alive meanwhile.
 	tail := newPhase("deregistration heartbeats")
 	r.cur.Store(tail)
@@ -435,7 +440,7 @@ func (r *runner) deregisterAll(ctx context.Context, s *Summary) {
 		dctx, dcancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer dcancel()
 	}
-	s.Deregistration = r.deregister(dctx)
+	s.Deregistration = r.deregister(dctx, r.registeredIndexes())
 	r.logf("deregistration: %d modules in %.1fs, %d errors",
 		s.Deregistration.Deregistered, s.Deregistration.Seconds, s.Deregistration.Errors.Total)
 }

@@ -1,0 +1,126 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The step-down search for the largest fleet held (issue 14: "250,000, or the largest N it holds, with
+// what breaks next"). When the steady phase did not hold the whole fleet, the run takes an evenly
+// spread tenth of the fleet out at a time (deregistering it: the wheel stops beating those modules, and
+// the rest keep their phases, so the load stays even over H) and runs the steady schedule for a window
+// at each size, until one size is held or half the fleet is gone. It runs last, after the restarts,
+// so that every other figure is the whole fleet's.
+
+// HoldStep is one fleet size of the step-down search.
+type HoldStep struct {
+	Servers         int          `json:"servers"`      // registered during the window
+	Deregistered    int          `json:"deregistered"` // taken out before it
+	DeregisterFails uint64       `json:"deregister_failures"`
+	Window          PhaseSummary `json:"window"`
+	// FalseSwept is the on-time modules a sweep at the window's end saw non-healthy.
+	FalseSwept int        `json:"false_swept"`
+	CPU        CPUSummary `json:"cpu"`
+	Held       bool       `json:"held"`
+}
+
+// HoldSearch is the step-down search's outcome: Ran is false when the steady phase held the fleet
+// (or the search is off), Largest the largest size held (0: none down to half the fleet).
+type HoldSearch struct {
+	Ran     bool       `json:"ran"`
+	Steps   []HoldStep `json:"steps,omitempty"`
+	Largest int        `json:"largest_held,omitempty"`
+}
+
+// windowHeld is the rule a window of the steady schedule is held by: at least heldShare of the expected
+// rate answered, p99 under TargetP99, no error, no false transition (answered or swept).
+func windowHeld(w PhaseSummary, falseSwept int) bool {
+	return w.ExpectedRatePerSecond > 0 && w.RatePerSecond >= heldShare*w.ExpectedRatePerSecond &&
+		w.P99Ms < float64(TargetP99.Milliseconds()) && w.Errors.Total == 0 && w.NonHealthyOnTime == 0 && falseSwept == 0
+}
+
+// holdStep is how many servers a step takes out of a fleet of n: a tenth, in whole thousands from
+// 10,000 on, at least one.
+func holdStep(n int) int {
+	step := n / 10
+	if n >= 10_000 {
+		step = step / 1000 * 1000
+	}
+	return max(step, 1)
+}
+
+// evenlySpread returns k of items (k ≤ len(items)) spread evenly over them, so that taking them out of
+// the wheel leaves every stretch of H with the same share of beats.
+func evenlySpread(items []int32, k int) []int32 {
+	n := len(items)
+	k = min(k, n)
+	out := make([]int32, 0, k)
+	for j := range n {
+		if (j+1)*k/n > j*k/n {
+			out = append(out, items[j])
+		}
+	}
+	return out
+}
+
+// holdWindow is how long each step runs the steady schedule: the steady phase's length, at most 30 s.
+func (r *runner) holdWindow() time.Duration { return min(r.cfg.Duration, 30*time.Second) }
+
+// searchHeld runs the step-down search into s.Hold, if the steady phase did not hold the fleet.
+func (r *runner) searchHeld(ctx context.Context, s *Summary) {
+	if !r.cfg.HoldSearch || r.cfg.Duration <= 0 || windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy) {
+		return
+	}
+	s.Hold.Ran = true
+	step, floor := holdStep(r.cfg.N), r.cfg.N/2
+	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
+		s.Registration.Registered, step, r.holdWindow())
+	idle := newPhase("hold search")
+	defer func() { r.cur.Store(idle) }()
+	for ctx.Err() == nil {
+		reg := r.registeredIndexes()
+		if len(reg)-step < max(floor, 1) {
+			break
+		}
+		r.cur.Store(idle)
+		out := evenlySpread(reg, step)
+		d := r.deregister(ctx, out)
+		st := HoldStep{Servers: len(reg) - len(out), Deregistered: d.Deregistered, DeregisterFails: d.Errors.Total}
+		r.settle(ctx)
+		ph := newPhase(fmt.Sprintf("hold %d", st.Servers))
+		r.cur.Store(ph)
+		mark := r.startCPU(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(r.holdWindow()):
+		}
+		ph.finish()
+		r.cur.Store(idle)
+		st.CPU = r.stopCPU(ctx, mark, ph.elapsed(), ph.name)
+		st.Window = summarizePhase(ph, float64(st.Servers)/r.cfg.Interval.Seconds())
+		st.FalseSwept = r.sweepFalseDelta(ctx)
+		st.Held = ctx.Err() == nil && windowHeld(st.Window, st.FalseSwept)
+		s.Hold.Steps = append(s.Hold.Steps, st)
+		r.logf("hold search: %d servers: %.0f of %.0f heartbeats/s, p99 %s, %d errors, %d false; held: %v", st.Servers,
+			st.Window.RatePerSecond, st.Window.ExpectedRatePerSecond, ms(st.Window.P99Ms), st.Window.Errors.Total,
+			st.Window.NonHealthyOnTime+uint64(st.FalseSwept), st.Held)
+		if st.Held {
+			s.Hold.Largest = st.Servers
+			return
+		}
+	}
+}
+
+// sweepFalseDelta sweeps once and returns how many on-time modules it newly found non-healthy.
+func (r *runner) sweepFalseDelta(ctx context.Context) int {
+	r.sweepMu.Lock()
+	before := len(r.sweepFalse)
+	r.sweepMu.Unlock()
+	if _, err := r.sweep(ctx); err != nil {
+		r.note("hold search: sweep: %v", err)
+	}
+	r.sweepMu.Lock()
+	defer r.sweepMu.Unlock()
+	return len(r.sweepFalse) - before
+}
