@@ -862,6 +862,7 @@ func referenceConfig(cfg Config, baseURL string, pid int, db string) Config {
 	rc.BaseURL, rc.ServicePID, rc.ServiceDatabase = baseURL, pid, db
 	rc.Ceiling, rc.ReferenceDatabaseURL, rc.ReportPath, rc.Strict, rc.CPUProfile = false, "", "", false, ""
 	rc.ServiceCommand, rc.ServicePprof, rc.ServiceCPUProfile = "", "", ""
+	rc.HoldSearch = false // the comparison is at N; the step-down is mcpfleet's figure
 	return rc
 }
 
