@@ -43,7 +43,10 @@ type Config struct {
 	Deregister   bool
 	// HoldSearch, when the steady phase does not hold the fleet, searches for the largest fleet held by
 	// taking a tenth out at a time (holdsearch.go).
-	HoldSearch     bool
+	HoldSearch bool
+	// HoldP99 is the p99 a size must stay under to hold, in the step-down and in deciding whether to
+	// step down (default TargetP99, the fleet-size target's; the target itself is always judged by it).
+	HoldP99        time.Duration
 	ModulePrefix   string
 	RequestTimeout time.Duration
 	MaxRuntime     time.Duration
@@ -135,6 +138,7 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow a non-loopback base URL")
 	fs.BoolVar(&cfg.Deregister, "deregister", true, "deregister every module at the end")
 	fs.BoolVar(&cfg.HoldSearch, "hold-search", true, "if the steady phase does not hold the fleet, take a tenth out at a time until a size holds (down to half)")
+	fs.DurationVar(&cfg.HoldP99, "hold-p99", TargetP99, "with --hold-search: the p99 a fleet size must stay under to hold")
 	fs.StringVar(&cfg.ModulePrefix, "module-prefix", "load", "module names are PREFIX-0000001, PREFIX-0000002, …")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 5*time.Second, "timeout of one request")
 	fs.DurationVar(&cfg.MaxRuntime, "max-runtime", 30*time.Minute, "hard limit on the whole run")
@@ -228,6 +232,7 @@ func (c Config) Validate() error {
 	check(c.PeakDuration >= 0 && c.PeakDuration <= time.Hour, "--peak-duration must be 0 to 1h, got %s", c.PeakDuration)
 	check(c.ServicePID >= 0, "--service-pid must not be negative")
 	check(c.RequestTimeout > 0, "--request-timeout must be positive")
+	check(!c.HoldSearch || c.HoldP99 > 0, "--hold-p99 must be positive with --hold-search")
 	check(c.MaxRuntime > 0, "--max-runtime must be positive")
 	check(c.Progress > 0, "--progress must be positive")
 	check(c.ModulePrefix != "", "--module-prefix must not be empty")

@@ -90,6 +90,8 @@ func TestParseConfigValidation(t *testing.T) {
 		{"negative connections", []string{"--connections", "-1"}, "--connections"},
 		{"too many connections", []string{"--connections", "5000"}, "--connections"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"no p99 to hold sizes to", []string{"--hold-p99", "0s"}, "--hold-p99"},
+		{"no p99 needed without the step-down", []string{"--hold-p99", "0s", "--hold-search=false"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

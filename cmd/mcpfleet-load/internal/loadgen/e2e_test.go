@@ -346,8 +346,8 @@ func TestRunInterruptedStillDeregisters(t *testing.T) {
 	}
 }
 
-// TestRunSearchesForTheLargestFleetHeld: a service that answers heartbeats slowly (p99 over 50 ms)
-// while more than 300 servers are registered does not hold 400; the step-down takes 40 out at a time
+// TestRunSearchesForTheLargestFleetHeld: a service that answers heartbeats slowly (p99 over the 300 ms
+// the test holds a size to) while more than 300 servers are registered does not hold 400; the step-down takes 40 out at a time
 // (evenly spread) and finds 280 held, with 360 and 320 not, and says what broke above it. (No jitter:
 // a window of 1.5 s then holds exactly its share of beats, and the 99 % rule is not a coin toss.)
 func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
@@ -366,7 +366,7 @@ func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
 			live.Add(-1)
 		case "/v1/mcp/servers/heartbeat":
 			if live.Load() > 300 {
-				time.Sleep(60 * time.Millisecond) // a saturated service, not a test waiting
+				time.Sleep(450 * time.Millisecond) // a saturated service, not a test waiting
 			}
 		}
 		proxy.ServeHTTP(w, r)
@@ -394,7 +394,7 @@ func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
 	if err := loadgen.WriteMarkdown(&report, s); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Largest fleet held", "largest held in the step-down: 280 servers", "Largest held: 280 servers. What breaks next, at 320: "} {
+	for _, want := range []string{"## Largest fleet held", "p99 under 300 ms", "largest held in the step-down: 280 servers", "Largest held: 280 servers. What breaks next, at 320: "} {
 		if !strings.Contains(report.String(), want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -417,13 +417,16 @@ func TestRunSearchesNothingWhenTheFleetHolds(t *testing.T) {
 	}
 }
 
-// holdConfig is a run of 400 modules without jitter, 1.5 s windows, connections enough for 60 ms
-// answers at the full rate, and the step-down search on.
+// holdConfig is a run of 400 modules without jitter, 1.5 s windows, connections enough for 450 ms
+// answers at the full rate, and the step-down search on, holding a size to a p99 under 300 ms (not the
+// target's 50 ms: a race-detector build sharing two cores with other test packages can miss that
+// while serving perfectly well; the rule is the same, TestWindowHeld proves it at 50 ms).
 func holdConfig(baseURL, key string) loadgen.Config {
 	cfg := smallConfig(baseURL, key)
 	cfg.N = 400
 	cfg.Jitter = 0
-	cfg.Connections = 64
+	cfg.Connections = 400
+	cfg.HoldP99 = 300 * time.Millisecond
 	cfg.Duration = 1500 * time.Millisecond
 	cfg.PeakDuration = 0
 	cfg.HoldSearch = true

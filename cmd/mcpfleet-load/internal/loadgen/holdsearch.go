@@ -28,16 +28,18 @@ type HoldStep struct {
 // HoldSearch is the step-down search's outcome: Ran is false when the steady phase held the fleet
 // (or the search is off), Largest the largest size held (0: none down to half the fleet).
 type HoldSearch struct {
-	Ran     bool       `json:"ran"`
-	Steps   []HoldStep `json:"steps,omitempty"`
-	Largest int        `json:"largest_held,omitempty"`
+	Ran        bool       `json:"ran"`
+	LimitP99Ms float64    `json:"p99_limit_ms,omitempty"` // the p99 a size had to stay under (Config.HoldP99)
+	Steps      []HoldStep `json:"steps,omitempty"`
+	Largest    int        `json:"largest_held,omitempty"`
 }
 
 // windowHeld is the rule a window of the steady schedule is held by: at least heldShare of the expected
-// rate answered, p99 under TargetP99, no error, no false transition (answered or swept).
-func windowHeld(w PhaseSummary, falseSwept int) bool {
+// rate answered, p99 under limitMs (the fleet-size target's: TargetP99), no error, no false transition
+// (answered or swept).
+func windowHeld(w PhaseSummary, falseSwept int, limitMs float64) bool {
 	return w.ExpectedRatePerSecond > 0 && w.RatePerSecond >= heldShare*w.ExpectedRatePerSecond &&
-		w.P99Ms < float64(TargetP99.Milliseconds()) && w.Errors.Total == 0 && w.NonHealthyOnTime == 0 && falseSwept == 0
+		w.P99Ms < limitMs && w.Errors.Total == 0 && w.NonHealthyOnTime == 0 && falseSwept == 0
 }
 
 // holdStep is how many servers a step takes out of a fleet of n: a tenth, in whole thousands from
@@ -69,10 +71,11 @@ func (r *runner) holdWindow() time.Duration { return min(r.cfg.Duration, 30*time
 
 // searchHeld runs the step-down search into s.Hold, if the steady phase did not hold the fleet.
 func (r *runner) searchHeld(ctx context.Context, s *Summary) {
-	if !r.cfg.HoldSearch || r.cfg.Duration <= 0 || windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy) {
+	limit := msOf(r.cfg.HoldP99)
+	if !r.cfg.HoldSearch || r.cfg.Duration <= 0 || windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy, limit) {
 		return
 	}
-	s.Hold.Ran = true
+	s.Hold.Ran, s.Hold.LimitP99Ms = true, limit
 	step, floor := holdStep(r.cfg.N), r.cfg.N/2
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
 		s.Registration.Registered, step, r.holdWindow())
@@ -100,7 +103,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 		st.CPU = r.stopCPU(ctx, mark, ph.elapsed(), ph.name)
 		st.Window = summarizePhase(ph, float64(st.Servers)/r.cfg.Interval.Seconds())
 		st.FalseSwept = r.sweepFalseDelta(ctx)
-		st.Held = ctx.Err() == nil && windowHeld(st.Window, st.FalseSwept)
+		st.Held = ctx.Err() == nil && windowHeld(st.Window, st.FalseSwept, limit)
 		s.Hold.Steps = append(s.Hold.Steps, st)
 		r.logf("hold search: %d servers: %.0f of %.0f heartbeats/s, p99 %s, %d errors, %d false; held: %v", st.Servers,
 			st.Window.RatePerSecond, st.Window.ExpectedRatePerSecond, ms(st.Window.P99Ms), st.Window.Errors.Total,

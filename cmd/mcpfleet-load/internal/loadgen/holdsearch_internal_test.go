@@ -24,7 +24,7 @@ func TestWindowHeld(t *testing.T) {
 	} {
 		w := good
 		tc.edit(&w)
-		if got := windowHeld(w, tc.swept); got != tc.want {
+		if got := windowHeld(w, tc.swept, 50); got != tc.want {
 			t.Errorf("%s: windowHeld = %v, want %v", tc.name, got, tc.want)
 		}
 	}

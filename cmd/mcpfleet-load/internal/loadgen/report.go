@@ -364,10 +364,10 @@ func fleetSizeText(s *Summary) string {
 	switch {
 	case s.Steady.ExpectedRatePerSecond == 0:
 		t = n + " servers registered"
-	case windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy):
+	case windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy, msOf(TargetP99)):
 		t = fmt.Sprintf("%s servers held every %s", n, h)
 	default:
-		t = fmt.Sprintf("%s servers registered, not held every %s: %s", n, h, broken(s.Steady))
+		t = fmt.Sprintf("%s servers registered, not held every %s: %s", n, h, broken(s.Steady, msOf(TargetP99)))
 	}
 	return t + holdText(s.Hold)
 }
@@ -392,10 +392,10 @@ func writeHoldSearch(b *strings.Builder, s *Summary) {
 		return
 	}
 	fmt.Fprintf(b, "\n## Largest fleet held\n\n")
-	fmt.Fprintf(b, "The steady phase did not hold %s servers (held: at least %.0f %% of N/H answered, p99 under %d ms, no error, no false transition). "+
+	fmt.Fprintf(b, "The steady phase did not hold %s servers (held: at least %.0f %% of N/H answered, p99 under %s ms, no error, no false transition). "+
 		"After the restarts the run took an evenly spread tenth of the fleet out at a time (deregistered: the rest keep their phases, so the load stays even over H), "+
 		"waited for the schedule's backlog to clear, and ran the steady schedule for %s at each size, until one held or half the fleet was gone; "+
-		"the deregistration below then covers the rest.\n\n", thousands(int64(s.Registration.Registered)), 100*heldShare, TargetP99.Milliseconds(), secs(min(s.Config.SteadySeconds, 30)))
+		"the deregistration below then covers the rest.\n\n", thousands(int64(s.Registration.Registered)), 100*heldShare, strconv.FormatFloat(h.LimitP99Ms, 'f', -1, 64), secs(min(s.Config.SteadySeconds, 30)))
 	fmt.Fprintf(b, "| servers | heartbeats/s answered / expected | latency p50 / p99 / max (ms) | errors | false transitions | CPU: service / load generator (%% of one core) | machine busy (%% of 2 CPUs) | held |\n|---|---|---|---|---|---|---|---|\n")
 	for _, st := range h.Steps {
 		w := st.Window
@@ -418,20 +418,20 @@ func holdVerdict(s *Summary) string {
 	above, aboveN := s.Steady, s.Registration.Registered
 	for _, st := range h.Steps {
 		if st.Held {
-			return fmt.Sprintf("Largest held: %s servers. What breaks next, at %s: %s.", thousands(int64(st.Servers)), thousands(int64(aboveN)), broken(above))
+			return fmt.Sprintf("Largest held: %s servers. What breaks next, at %s: %s.", thousands(int64(st.Servers)), thousands(int64(aboveN)), broken(above, h.LimitP99Ms))
 		}
 		above, aboveN = st.Window, st.Servers
 	}
-	return fmt.Sprintf("None held down to %s servers; there: %s.", thousands(int64(aboveN)), broken(above))
+	return fmt.Sprintf("None held down to %s servers; there: %s.", thousands(int64(aboveN)), broken(above, h.LimitP99Ms))
 }
 
-// broken lists what a window missed of the held rule.
-func broken(w PhaseSummary) string {
+// broken lists what a window missed of the held rule with p99 limit limitMs.
+func broken(w PhaseSummary, limitMs float64) string {
 	var out []string
 	if w.ExpectedRatePerSecond > 0 && w.RatePerSecond < heldShare*w.ExpectedRatePerSecond {
 		out = append(out, fmt.Sprintf("%.0f of %.0f heartbeats/s answered (%.1f %%)", w.RatePerSecond, w.ExpectedRatePerSecond, 100*w.RatePerSecond/w.ExpectedRatePerSecond))
 	}
-	if w.P99Ms >= float64(TargetP99.Milliseconds()) {
+	if w.P99Ms >= limitMs {
 		out = append(out, fmt.Sprintf("p99 %s ms", f2(w.P99Ms)))
 	}
 	if w.Errors.Total > 0 {
@@ -467,7 +467,7 @@ func (s *Summary) fleetTargets() []Target {
 			Threshold: fmt.Sprintf("≥ %s servers held every %s (p99 < %d ms, 0 errors, 0 false transitions)",
 				thousands(TargetServers), TargetInterval, TargetP99.Milliseconds()),
 			Measured: fleetSizeText(s),
-			Result: judge(steadyRan, s.Registration.Registered >= TargetServers && windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy) &&
+			Result: judge(steadyRan, s.Registration.Registered >= TargetServers && windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy, msOf(TargetP99)) &&
 				s.Registration.Errors.Total+s.Warmup.Errors.Total == 0 &&
 				time.Duration(s.Config.IntervalSeconds*float64(time.Second)) == TargetInterval),
 		},
