@@ -28,10 +28,11 @@ type HoldStep struct {
 // HoldSearch is the step-down search's outcome: Ran is false when the steady phase held the fleet
 // (or the search is off), Largest the largest size held (0: none down to half the fleet).
 type HoldSearch struct {
-	Ran        bool       `json:"ran"`
-	LimitP99Ms float64    `json:"p99_limit_ms,omitempty"` // the p99 a size had to stay under (Config.HoldP99)
-	Steps      []HoldStep `json:"steps,omitempty"`
-	Largest    int        `json:"largest_held,omitempty"`
+	Ran           bool       `json:"ran"`
+	LimitP99Ms    float64    `json:"p99_limit_ms,omitempty"`   // the p99 a size had to stay under (Config.HoldP99)
+	WindowSeconds float64    `json:"window_seconds,omitempty"` // how long each size ran (holdWindow)
+	Steps         []HoldStep `json:"steps,omitempty"`
+	Largest       int        `json:"largest_held,omitempty"`
 }
 
 // windowHeld is the rule a window of the steady schedule is held by: at least heldShare of the expected
@@ -75,18 +76,18 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 	if !r.cfg.HoldSearch || r.cfg.Duration <= 0 || windowHeld(s.Steady, s.Sweep.OnTimeNonHealthy, limit) {
 		return
 	}
-	s.Hold.Ran, s.Hold.LimitP99Ms = true, limit
+	window := r.holdWindow()
+	s.Hold.Ran, s.Hold.LimitP99Ms, s.Hold.WindowSeconds = true, limit, window.Seconds()
 	step, floor := holdStep(r.cfg.N), r.cfg.N/2
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
-		s.Registration.Registered, step, r.holdWindow())
-	idle := newPhase("hold search")
-	defer func() { r.cur.Store(idle) }()
+		s.Registration.Registered, step, window)
+	idle := newPhase("hold search") // beats between the windows count nowhere
+	r.cur.Store(idle)
 	for ctx.Err() == nil {
 		reg := r.registeredIndexes()
 		if len(reg)-step < max(floor, 1) {
 			break
 		}
-		r.cur.Store(idle)
 		out := evenlySpread(reg, step)
 		d := r.deregister(ctx, out)
 		st := HoldStep{Servers: len(reg) - len(out), Deregistered: d.Deregistered, DeregisterFails: d.Errors.Total}
@@ -96,7 +97,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 		mark := r.startCPU(ctx)
 		select {
 		case <-ctx.Done():
-		case <-time.After(r.holdWindow()):
+		case <-time.After(window):
 		}
 		ph.finish()
 		r.cur.Store(idle)
