@@ -53,6 +53,10 @@ func holdStep(n int) int {
 	return max(step, 1)
 }
 
+// stepsOn says whether the step-down takes step more out of registered servers of a run of n: not
+// below half the run's fleet, nor to none.
+func stepsOn(registered, step, n int) bool { return registered-step >= max(n/2, 1) }
+
 // evenlySpread returns k of items (k ≤ len(items)) spread evenly over them, so that taking them out of
 // the wheel leaves every stretch of H with the same share of beats.
 func evenlySpread(items []int32, k int) []int32 {
@@ -78,14 +82,14 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 	}
 	window := r.holdWindow()
 	s.Hold.Ran, s.Hold.LimitP99Ms, s.Hold.WindowSeconds = true, limit, window.Seconds()
-	step, floor := holdStep(r.cfg.N), r.cfg.N/2
+	step := holdStep(r.cfg.N)
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
 		s.Registration.Registered, step, window)
 	idle := newPhase("hold search") // beats between the windows count nowhere
 	r.cur.Store(idle)
 	for ctx.Err() == nil {
 		reg := r.registeredIndexes()
-		if len(reg)-step < max(floor, 1) {
+		if !stepsOn(len(reg), step, r.cfg.N) {
 			break
 		}
 		out := evenlySpread(reg, step)

@@ -38,6 +38,26 @@ func TestHoldStep(t *testing.T) {
 	}
 }
 
+// TestStepsOn: the step-down stops before it would take the fleet below half the run's N, or to none.
+func TestStepsOn(t *testing.T) {
+	for _, tc := range []struct {
+		registered, step, n int
+		want                bool
+	}{
+		{250_000, 25_000, 250_000, true},
+		{150_000, 25_000, 250_000, true}, // to 125,000: half, still on
+		{125_000, 25_000, 250_000, false},
+		{149_000, 25_000, 250_000, false}, // registration failures count: 124,000 is below half
+		{2, 1, 2, true},
+		{1, 1, 2, false}, // never to none
+		{1, 1, 1, false},
+	} {
+		if got := stepsOn(tc.registered, tc.step, tc.n); got != tc.want {
+			t.Errorf("stepsOn(%d, %d, %d) = %v, want %v", tc.registered, tc.step, tc.n, got, tc.want)
+		}
+	}
+}
+
 // TestEvenlySpread: k distinct items of the input, in its order, never two of them closer than the
 // spacing allows, so that the wheel's remaining beats stay even over H.
 func TestEvenlySpread(t *testing.T) {
