@@ -92,7 +92,7 @@ func Start(ctx context.Context, cfg Config, opt Options) (_ *Service, err error)
 		}
 	}()
 	s.tracing, err = telemetry.NewTracing(ctx, telemetry.TraceConfig{ServiceName: "mcpfleet", Export: cfg.TraceExport,
-		Endpoint: opt.TraceEndpoint, SamplerName: cfg.TraceSampler, SamplerArg: cfg.TraceSamplerArg})
+		Endpoint: opt.TraceEndpoint, SamplerName: cfg.TraceSampler, SamplerArg: cfg.TraceSamplerArg, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -17,24 +17,21 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// otlpExporter is the service's span exporter: OTLP/HTTP with protobuf bodies (POST to the traces URL,
-// Content-Type application/x-protobuf), encoded by appendSpans into a buffer kept between batches.
+// otlpExporter sends a Provider's batches: OTLP/HTTP with protobuf bodies (POST to the traces URL,
+// Content-Type application/x-protobuf), encoded by the batcher (appendRequest).
 // It stands in for the SDK's otlptracehttp exporter, whose conversion and reflective marshalling
 // were a third of tracing's cost at 100 % sampling, and reads the same standard variables (see
 // otlpConfigFromEnv). A batch that fails with 429, 502, 503 or 504 or without an answer is sent again
 // with a growing pause (Retry-After when the collector gives one) until it is accepted or a minute or
-// the export's context runs out; any other answer fails the batch at once. The batch span processor
-// calls ExportSpans from one goroutine; the mutex only keeps a Shutdown or a stray caller safe.
+// the export's context runs out; any other answer fails the batch at once. The batcher calls send
+// from one goroutine; the mutex only keeps a Shutdown or a stray caller safe.
 type otlpExporter struct {
 	cfg    otlpConfig
 	client *http.Client
 
 	mu      sync.Mutex
-	buf     []byte // the batch's encoding
 	zbuf    bytes.Buffer
 	zw      *gzip.Writer
 	stopped bool
@@ -172,18 +169,14 @@ func newOTLPExporter(cfg otlpConfig) *otlpExporter {
 	return &otlpExporter{cfg: cfg, client: &http.Client{Transport: tr}}
 }
 
-// ExportSpans sends spans in one request, again on a retryable failure (see otlpExporter).
-func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if len(spans) == 0 {
-		return nil
-	}
+// send posts body (an encoded ExportTraceServiceRequest), again on a retryable failure (see
+// otlpExporter), until it is accepted, fails for good, or ctx is done.
+func (e *otlpExporter) send(ctx context.Context, body []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
 		return errors.New("otlp exporter: shut down")
 	}
-	e.buf = appendSpans(e.buf[:0], spans)
-	body := e.buf
 	if e.cfg.gzip {
 		e.zbuf.Reset()
 		if e.zw == nil {
@@ -194,8 +187,8 @@ func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 		_, _ = e.zw.Write(body) // writes to a bytes.Buffer do not fail
 		_ = e.zw.Close()
 		body = e.zbuf.Bytes()
+		defer e.release()
 	}
-	defer e.release()
 	start := time.Now()
 	pause := otlpRetryFirst
 	for {
@@ -224,11 +217,8 @@ func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 // not pin its memory for the exporter's life.
 const maxKeptBuffer = 16 << 20
 
-// release drops the buffers a batch grew past maxKeptBuffer.
+// release drops the compression buffer if a batch grew it past maxKeptBuffer.
 func (e *otlpExporter) release() {
-	if cap(e.buf) > maxKeptBuffer {
-		e.buf = nil
-	}
 	if e.zbuf.Cap() > maxKeptBuffer {
 		e.zbuf = bytes.Buffer{}
 	}
@@ -252,7 +242,7 @@ func (e *otlpExporter) post(ctx context.Context, body []byte) (retry bool, after
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return true, 0, fmt.Errorf("otlp export: %w", err) // ExportSpans stops when its context is done
+		return true, 0, fmt.Errorf("otlp export: %w", err) // send stops when its context is done
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -271,8 +261,8 @@ func (e *otlpExporter) post(ctx context.Context, body []byte) (retry bool, after
 	return false, 0, err
 }
 
-// Shutdown stops the exporter: later exports fail. The batch span processor has exported what it
-// held before it calls this.
+// Shutdown stops the exporter: later exports fail. The batcher has exported what it held before it
+// calls this.
 func (e *otlpExporter) Shutdown(context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -7,10 +7,11 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
@@ -32,11 +33,13 @@ type TraceConfig struct {
 	SamplerName, SamplerArg string
 	// Sampler overrides the sampler when export is on; nil means NewSampler(SamplerName, SamplerArg).
 	Sampler sdktrace.Sampler
+	// Log receives the export's failures and, at shutdown, the count of spans dropped; nil: not logged.
+	Log *slog.Logger
 }
 
 // Tracing owns the tracer provider.
 type Tracing struct {
-	Provider   *sdktrace.TracerProvider
+	Provider   *Provider
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 }
@@ -46,10 +49,9 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = "mcpfleet"
 	}
-	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName))
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{})}
+	var b *batcher
+	sampler := cfg.Sampler
 	if cfg.Export || cfg.Endpoint != "" {
-		sampler := cfg.Sampler
 		if sampler == nil {
 			var err error
 			if sampler, err = NewSampler(cfg.SamplerName, cfg.SamplerArg); err != nil {
@@ -60,11 +62,13 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(newOTLPExporter(ecfg)), sdktrace.WithSampler(sampler))
-	} else {
-		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
+		bcfg, err := batchConfigFromEnv(os.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+		b = newBatcher(bcfg, newOTLPExporter(ecfg), []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}, cfg.Log)
 	}
-	tp := sdktrace.NewTracerProvider(opts...)
+	tp := newProvider(sampler, b)
 	return &Tracing{
 		Provider:   tp,
 		Tracer:     tp.Tracer("github.com/mcpfleet/mcpfleet"),
