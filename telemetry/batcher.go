@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 )
 
 // batchConfig is the batch span processor's configuration, from the OTEL_BSP_* variables.
@@ -69,7 +69,7 @@ type spanBatch struct {
 type batcher struct {
 	cfg batchConfig
 	exp *otlpExporter
-	res []attribute.KeyValue // the resource's attributes
+	res *resource.Resource
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -87,7 +87,7 @@ type batcher struct {
 	body []byte // the request being sent (the exporting goroutine's)
 }
 
-func newBatcher(cfg batchConfig, exp *otlpExporter, res []attribute.KeyValue, log *slog.Logger) *batcher {
+func newBatcher(cfg batchConfig, exp *otlpExporter, res *resource.Resource, log *slog.Logger) *batcher {
 	waiting := max(cfg.maxQueue/cfg.maxBatch-1, 0) // full batches that may wait beside cur
 	return &batcher{cfg: cfg, exp: exp, res: res, log: log, cur: &spanBatch{},
 		full: make(chan *spanBatch, waiting), free: make(chan *spanBatch, waiting+2),

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -88,15 +89,16 @@ const (
 )
 
 // appendRequest appends the ExportTraceServiceRequest of one batch to b: one ResourceSpans of the
-// resource res, with a ScopeSpans for each scope of scopes whose encoded spans (spans, by the same
-// index: concatenated Span messages, as appendSpan writes them) are not empty.
-func appendRequest(b []byte, res []attribute.KeyValue, scopes []instrumentation.Scope, spans [][]byte) []byte {
+// resource res (nil: none), with a ScopeSpans for each scope of scopes whose encoded spans (spans, by
+// the same index: concatenated Span messages, as appendSpan writes them) are not empty.
+func appendRequest(b []byte, res *resource.Resource, scopes []instrumentation.Scope, spans [][]byte) []byte {
 	b, rs := openMessage(b, fRequestResourceSpans)
-	if len(res) > 0 {
+	if res != nil {
 		var r int
 		b, r = openMessage(b, fResourceSpansResource)
-		for _, kv := range res {
-			b = appendKeyValue(b, fResourceAttributes, kv)
+		iter := res.Iter()
+		for iter.Next() {
+			b = appendKeyValue(b, fResourceAttributes, iter.Attribute())
 		}
 		b = closeMessage(b, r)
 	}
@@ -122,6 +124,7 @@ func appendRequest(b []byte, res []attribute.KeyValue, scopes []instrumentation.
 		b = appendString(b, fScopeSpansSchemaURL, scope.SchemaURL)
 		b = closeMessage(b, ss)
 	}
+	b = appendString(b, fResourceSpansSchemaURL, res.SchemaURL())
 	return closeMessage(b, rs)
 }
 

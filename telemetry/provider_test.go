@@ -181,6 +181,7 @@ func TestProviderAgreesWithTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test,service.name=overridden")
 	service := semconv.ServiceName("mcpfleet")
 
 	sdkCol := newCollector(t)
@@ -227,6 +228,9 @@ func TestProviderAgreesWithTheSDK(t *testing.T) {
 		if !proto.Equal(g.span, w.span) {
 			t.Errorf("span %q differs from the SDK's:\n got %v\nwant %v", w.span.Name, g.span, w.span)
 		}
+		if len(w.res.Attributes) != 2 {
+			t.Errorf("the SDK's resource %v: want service.name and OTEL_RESOURCE_ATTRIBUTES'", w.res)
+		}
 		if !proto.Equal(g.scope, w.scope) || !proto.Equal(g.res, w.res) {
 			t.Errorf("span %q: resource %v scope %v, the SDK's %v %v", w.span.Name, g.res, g.scope, w.res, w.scope)
 		}
@@ -237,7 +241,11 @@ func TestProviderAgreesWithTheSDK(t *testing.T) {
 func testProvider(t *testing.T, c *collector, cfg batchConfig, sampler sdktrace.Sampler) *Provider {
 	t.Helper()
 	exp := newOTLPExporter(otlpConfig{url: c.URL, timeout: 5 * time.Second})
-	p := newProvider(sampler, newBatcher(cfg, exp, []attribute.KeyValue{semconv.ServiceName("mcpfleet")}, nil))
+	res, err := tracingResource("mcpfleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(sampler, newBatcher(cfg, exp, res, nil))
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 	return p
 }

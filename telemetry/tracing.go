@@ -10,8 +10,8 @@ import (
 	"log/slog"
 	"os"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
@@ -66,7 +66,11 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tracing: %w", err)
 		}
-		b = newBatcher(bcfg, newOTLPExporter(ecfg), []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}, cfg.Log)
+		res, err := tracingResource(cfg.ServiceName)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+		b = newBatcher(bcfg, newOTLPExporter(ecfg), res, cfg.Log)
 	}
 	tp := newProvider(sampler, b)
 	return &Tracing{
@@ -74,6 +78,16 @@ func NewTracing(ctx context.Context, cfg TraceConfig) (*Tracing, error) {
 		Tracer:     tp.Tracer("github.com/mcpfleet/mcpfleet"),
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}, nil
+}
+
+// tracingResource is the resource spans are exported with: OTEL_RESOURCE_ATTRIBUTES's attributes and
+// service.name serviceName (which wins), as the SDK's WithResource merges them.
+func tracingResource(serviceName string) (*resource.Resource, error) {
+	res, err := resource.Merge(resource.Environment(), resource.NewSchemaless(semconv.ServiceName(serviceName)))
+	if err != nil {
+		return nil, fmt.Errorf("resource: %w", err)
+	}
+	return res, nil
 }
 
 // Shutdown flushes and stops the provider.
