@@ -185,11 +185,6 @@ func (r *writeResult) err() error {
 	return nil
 }
 
-type stampMsg struct {
-	stamp persistence.Stamp
-	trace telemetry.Carrier // the server.heartbeat span that accepted it
-}
-
 type alertQueued struct {
 	trace telemetry.Carrier // the transition that queued the alert, if any
 }

@@ -50,6 +50,7 @@ type serverDeps struct {
 	writer       *actor.PID
 	writeQueue   *writeQueue // the writer's queue length, to refuse at the door what it would refuse
 	stamper      *actor.PID
+	stamps       *stampTable // where heartbeats leave their stamps for the stamper
 	alerts       *actor.PID
 	stall        *lifecycle.Stall
 	own          *ownership    // the shards this node holds, and their fences
@@ -343,7 +344,9 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 			rec.row.LastHeartbeatAt = wall
 		}
 		if fence, held := a.deps.own.fence(rec.id); held { // not held: the actor is being stopped (shardFenced)
-			ctx.Send(a.deps.stamper, &stampMsg{stamp: persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall, Fence: fence}, trace: hbc})
+			if a.deps.stamps.put(persistence.Stamp{TenantID: rec.tenantID, ServerID: rec.id, At: wall, Fence: fence}, hbc) {
+				ctx.Send(a.deps.stamper, stampFullMsg)
+			}
 		}
 		msg.answer(heartbeatReply{res: HeartbeatResult{ServerID: rec.id, Status: health.Healthy, LastHeartbeatAt: wall}})
 		hb.End()

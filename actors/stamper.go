@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,23 +13,94 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// stamper is the heartbeat-stamp persistence actor. It coalesces stamps per server (the newest wins)
-// and flushes them in set-based UPDATEs on every flush tick (the bounded window, default 500 ms) or
-// as soon as maxBatch servers are waiting. One flush is in flight at a time; a failed flush puts its
-// stamps back (a newer stamp for the same server wins) and is retried on the next tick. A crash loses
-// at most one window of last_heartbeat_at and never a transition (those go through the writer).
+// stamper is the heartbeat-stamp persistence actor. The server actors put their stamps into a
+// stampTable it shares with them (the newest stamp of a server wins); it flushes the table in
+// set-based UPDATEs on every flush tick (the bounded window, default 500 ms) or as soon as maxBatch
+// servers are waiting (the table's put says so, once per flush). One flush is in flight at a time; a
+// failed flush puts its stamps back (a newer stamp for the same server wins) and is retried on the
+// next tick. A crash loses at most one window of last_heartbeat_at and never a transition (those go
+// through the writer).
 type stamper struct {
 	store    stampStore
 	log      *slog.Logger
-	maxBatch int
+	table    *stampTable
 	epoch    uint64
-	pending  map[uuid.UUID]persistence.Stamp
 	flushing bool
 	drainers []*actor.PID
 	tel      tel
-	links    batchLinks // the sampled heartbeats of the next flush
 	// fleet is the fleet actor, told of a stale fence (shardFenced); set once the fleet is spawned.
 	fleet *atomic.Pointer[actor.PID]
+}
+
+// stampTable holds the heartbeat stamps waiting to be written, one per server, between the server
+// actors that put them and the stamper that takes them. A heartbeat costs a map write under a lock,
+// not a message, and what waits is bounded by the number of servers whatever the heartbeat rate:
+// when stamps went to the stamper as messages, a machine too slow for its fleet (250,000 servers on a
+// slow day, issue 14) queued millions of them in the stamper's mailbox, gigabytes of heap whose
+// collection then starved the service.
+type stampTable struct {
+	maxBatch int
+
+	mu       sync.Mutex
+	pending  map[uuid.UUID]persistence.Stamp
+	links    batchLinks // the sampled heartbeats of the pending stamps
+	signaled bool       // put has reported the table full since the last take
+}
+
+func newStampTable(maxBatch int) *stampTable {
+	return &stampTable{maxBatch: maxBatch, pending: map[uuid.UUID]persistence.Stamp{}}
+}
+
+// put records st unless the table holds a stamp of the same server at least as new, and links the
+// heartbeat's span c. It reports full once the table holds maxBatch servers — once until the next
+// take: the caller then tells the stamper (stampFull).
+func (t *stampTable) put(st persistence.Stamp, c carrier) (full bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.putLocked(st)
+	t.links.Add(c)
+	if len(t.pending) >= t.maxBatch && !t.signaled {
+		t.signaled = true
+		return true
+	}
+	return false
+}
+
+func (t *stampTable) putLocked(st persistence.Stamp) {
+	if cur, ok := t.pending[st.ServerID]; ok && !st.At.After(cur.At) {
+		return
+	}
+	t.pending[st.ServerID] = st
+}
+
+// putBack returns the stamps of a failed flush; a newer stamp of the same server, put meanwhile, wins.
+func (t *stampTable) putBack(stamps []persistence.Stamp) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, st := range stamps {
+		t.putLocked(st)
+	}
+}
+
+// take empties the table: its stamps (appended to batch) and their links.
+func (t *stampTable) take(batch []persistence.Stamp) ([]persistence.Stamp, batchLinks) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	batch = slices.Grow(batch, len(t.pending))
+	for _, st := range t.pending {
+		batch = append(batch, st)
+	}
+	clear(t.pending) // the map keeps its room for the next window's stamps
+	links := t.links
+	t.links, t.signaled = batchLinks{}, false
+	return batch, links
+}
+
+// len is how many servers have a stamp waiting.
+func (t *stampTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
 }
 
 type stampStore interface {
@@ -36,6 +109,11 @@ type stampStore interface {
 
 type stampTick struct{}
 
+// stampFull tells the stamper that the table holds maxBatch servers.
+type stampFull struct{}
+
+var stampFullMsg = &stampFull{}
+
 type stampFlushed struct {
 	epoch  uint64
 	failed []persistence.Stamp
@@ -43,22 +121,17 @@ type stampFlushed struct {
 	trace  carrier             // the stamper.flush span
 }
 
-func newStamperProps(store stampStore, log *slog.Logger, maxBatch int, epochs *epochCounter, t tel, fleet *atomic.Pointer[actor.PID], d actor.Dispatcher) *actor.Props {
+func newStamperProps(store stampStore, log *slog.Logger, table *stampTable, epochs *epochCounter, t tel, fleet *atomic.Pointer[actor.PID], d actor.Dispatcher) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &stamper{store: store, log: log, maxBatch: maxBatch, epoch: epochs.next(), pending: map[uuid.UUID]persistence.Stamp{}, tel: t, fleet: fleet}
+		return &stamper{store: store, log: log, table: table, epoch: epochs.next(), tel: t, fleet: fleet}
 	}, actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(d))
 }
 
 func (s *stamper) Receive(ctx actor.Context) {
 	handleChaos(ctx)
 	switch msg := ctx.Message().(type) {
-	case *stampMsg:
-		s.add(msg.stamp)
-		s.links.Add(msg.trace)
-		if len(s.pending) >= s.maxBatch {
-			s.flush(ctx)
-		}
-		s.tel.metrics.Backlog(telemetryWriterStamps, len(s.pending))
+	case *stampFull:
+		s.flush(ctx)
 	case *stampTick:
 		s.flush(ctx)
 	case *stampFlushed:
@@ -66,9 +139,7 @@ func (s *stamper) Receive(ctx actor.Context) {
 			return
 		}
 		s.flushing = false
-		for _, st := range msg.failed {
-			s.add(st)
-		}
+		s.table.putBack(msg.failed)
 		if pid := s.fleet.Load(); pid != nil {
 			for _, f := range msg.fenced {
 				ctx.Send(pid, &shardFenced{fence: f})
@@ -77,7 +148,11 @@ func (s *stamper) Receive(ctx actor.Context) {
 		if len(msg.failed) > 0 {
 			s.log.WarnContext(msg.trace.Context(), "stamper: heartbeat stamps not written, will retry", "stamps", len(msg.failed))
 		}
-		s.tel.metrics.Backlog(telemetryWriterStamps, len(s.pending))
+		waiting := s.table.len()
+		s.tel.metrics.Backlog(telemetryWriterStamps, waiting)
+		if len(s.drainers) == 0 && len(msg.failed) == 0 && waiting >= s.table.maxBatch {
+			s.flush(ctx) // a full table waited for this flush
+		}
 		if len(s.drainers) > 0 {
 			if len(msg.failed) > 0 {
 				// Draining at shutdown: one more try is all we give a failing database.
@@ -97,15 +172,8 @@ func (s *stamper) Receive(ctx actor.Context) {
 	}
 }
 
-func (s *stamper) add(st persistence.Stamp) {
-	if cur, ok := s.pending[st.ServerID]; ok && !st.At.After(cur.At) {
-		return
-	}
-	s.pending[st.ServerID] = st
-}
-
 func (s *stamper) answerDrainers(ctx actor.Context) {
-	if s.flushing || len(s.pending) > 0 {
+	if s.flushing || s.table.len() > 0 {
 		return
 	}
 	for _, d := range s.drainers {
@@ -115,17 +183,15 @@ func (s *stamper) answerDrainers(ctx actor.Context) {
 }
 
 func (s *stamper) flush(ctx actor.Context) {
-	if s.flushing || len(s.pending) == 0 {
+	if s.flushing {
 		return
 	}
-	batch := make([]persistence.Stamp, 0, len(s.pending))
-	for _, st := range s.pending {
-		batch = append(batch, st)
+	batch, links := s.table.take(nil)
+	if len(batch) == 0 {
+		return
 	}
-	clear(s.pending) // the batch holds copies; the map keeps its room for the next window's stamps
 	s.flushing = true
-	system, self, epoch, store, t, links := ctx.ActorSystem(), ctx.Self(), s.epoch, s.store, s.tel, s.links
-	s.links = batchLinks{}
+	system, self, epoch, store, t := ctx.ActorSystem(), ctx.Self(), s.epoch, s.store, s.tel
 	go func() {
 		var failed []persistence.Stamp
 		trc, fenced, err := t.flushStamps(store, batch, links)

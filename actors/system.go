@@ -285,7 +285,8 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		return err
 	}
 	fleetPID := &atomic.Pointer[actor.PID]{}
-	if f.stamper, err = spawn("stamper", newStamperProps(store, log, cfg.StampBatchMax, epochs, t, fleetPID, f.workers)); err != nil {
+	stamps := newStampTable(cfg.StampBatchMax)
+	if f.stamper, err = spawn("stamper", newStamperProps(store, log, stamps, epochs, t, fleetPID, f.workers)); err != nil {
 		return err
 	}
 	if f.skills, err = spawn("skills", newSkillsProps(store, log)); err != nil {
@@ -297,7 +298,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	sdeps := &serverDeps{
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
-		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, alerts: f.alerts,
+		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
 		writeQueue: queue,
 	}

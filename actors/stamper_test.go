@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
+)
+
+var stampT0 = time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+
+func stampAt(id uuid.UUID, s int) persistence.Stamp {
+	return persistence.Stamp{ServerID: id, At: stampT0.Add(time.Duration(s) * time.Second)}
+}
+
+// The table holds one stamp per server, the newest, however many heartbeats put theirs: what waits
+// for the stamper is bounded by the fleet, not by the rate.
+func TestStampTableKeepsTheNewestStampOfEachServer(t *testing.T) {
+	table := newStampTable(1000)
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	for s := range 10000 {
+		table.put(stampAt(ids[s%3], s), carrier{})
+	}
+	table.put(stampAt(ids[0], 5), carrier{}) // older than what is there: ignored
+	if n := table.len(); n != 3 {
+		t.Fatalf("the table holds %d stamps, want one per server (3)", n)
+	}
+	batch, _ := table.take(nil)
+	got := map[uuid.UUID]time.Time{}
+	for _, st := range batch {
+		got[st.ServerID] = st.At
+	}
+	for i, id := range ids {
+		last := 9999 - (9999-i)%3
+		if want := stampAt(id, last).At; !got[id].Equal(want) {
+			t.Errorf("server %d: stamp at %v, want the newest %v", i, got[id], want)
+		}
+	}
+	if table.len() != 0 {
+		t.Error("take left stamps in the table")
+	}
+}
+
+// A failed flush's stamps go back, unless the server put a newer one meanwhile.
+func TestStampTablePutBackKeepsNewerStamps(t *testing.T) {
+	table := newStampTable(1000)
+	a, b := uuid.New(), uuid.New()
+	table.put(stampAt(a, 1), carrier{})
+	table.put(stampAt(b, 1), carrier{})
+	failed, _ := table.take(nil)
+	table.put(stampAt(a, 2), carrier{}) // a heartbeat during the failed flush
+	table.putBack(failed)
+	batch, _ := table.take(nil)
+	got := map[uuid.UUID]time.Time{}
+	for _, st := range batch {
+		got[st.ServerID] = st.At
+	}
+	if !got[a].Equal(stampAt(a, 2).At) || !got[b].Equal(stampAt(b, 1).At) {
+		t.Errorf("after put back: %v; want a's newer stamp and b's failed one", got)
+	}
+}
+
+// put reports the table full once when it reaches maxBatch, and again only after a take; the links
+// of sampled heartbeats go with the stamps taken.
+func TestStampTableSignalsFullOncePerTake(t *testing.T) {
+	table := newStampTable(3)
+	sampled := telemetry.Carrier{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})}
+	var fulls []int
+	for i := range 6 {
+		c := carrier{}
+		if i == 0 {
+			c = sampled
+		}
+		if table.put(stampAt(uuid.New(), i), c) {
+			fulls = append(fulls, i)
+		}
+	}
+	if len(fulls) != 1 || fulls[0] != 2 {
+		t.Fatalf("full reported at puts %v, want once, at the third", fulls)
+	}
+	_, links := table.take(nil)
+	if len(links.Links) != 1 || links.Links[0].SpanContext.TraceID() != sampled.SpanContext.TraceID() {
+		t.Errorf("links %v, want the sampled heartbeat's", links.Links)
+	}
+	full := false
+	for i := range 3 {
+		full = table.put(stampAt(uuid.New(), i), carrier{}) || full
+	}
+	if !full {
+		t.Error("a table full again after a take was not reported")
+	}
+}
