@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -311,15 +312,7 @@ func TestBatcherDropsWhatTheQueueCannotHold(t *testing.T) {
 	var mu sync.Mutex
 	entered := make(chan struct{}, 16)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := make([]byte, r.ContentLength)
-		_, _ = r.Body.Read(body)
-		for n := len(body); n < int(r.ContentLength); {
-			m, err := r.Body.Read(body[n:])
-			if err != nil && m == 0 {
-				break
-			}
-			n += m
-		}
+		body, _ := io.ReadAll(r.Body)
 		entered <- struct{}{}
 		<-release
 		mu.Lock()
