@@ -128,15 +128,21 @@ func (b *batcher) handOff() bool {
 	default:
 		return false
 	}
+	b.renew()
+	return true
+}
+
+// renew starts a new cur: an exported batch if one is free, else a new one; b.mu is held.
+func (b *batcher) renew() {
 	select {
 	case b.cur = <-b.free:
 	default:
 		b.cur = &spanBatch{}
 	}
-	return true
 }
 
-// take returns cur if it holds spans (and full is true or it is full), replacing it; nil otherwise.
+// take returns cur, replacing it, if it holds spans and either partial is true or it is full; nil
+// otherwise.
 func (b *batcher) take(partial bool) *spanBatch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -144,11 +150,7 @@ func (b *batcher) take(partial bool) *spanBatch {
 		return nil
 	}
 	out := b.cur
-	select {
-	case b.cur = <-b.free:
-	default:
-		b.cur = &spanBatch{}
-	}
+	b.renew()
 	return out
 }
 
@@ -182,14 +184,8 @@ func (b *batcher) run() {
 
 // drain exports every waiting batch, then cur.
 func (b *batcher) drain() {
-	for {
-		select {
-		case sb := <-b.full:
-			b.export(sb)
-			continue
-		default:
-		}
-		break
+	for len(b.full) > 0 { // only this goroutine receives from full
+		b.export(<-b.full)
 	}
 	b.export(b.take(true))
 }
