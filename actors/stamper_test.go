@@ -1,9 +1,13 @@
 package actors
 
 import (
+	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
@@ -94,4 +98,56 @@ func TestStampTableSignalsFullOncePerTake(t *testing.T) {
 	if !full {
 		t.Error("a table full again after a take was not reported")
 	}
+}
+
+// gatedStamps is a stamp store whose flushes wait for release, each reporting its batch on flushed.
+type gatedStamps struct {
+	flushed chan []persistence.Stamp
+	release chan struct{}
+}
+
+func (g *gatedStamps) StampHeartbeatsFenced(_ context.Context, stamps []persistence.Stamp) ([]persistence.Fence, error) {
+	g.flushed <- stamps
+	<-g.release
+	return nil, nil
+}
+
+// A table that fills while a flush is in flight is flushed as soon as that flush ends, not at the next
+// tick: the full signal it sent meanwhile found the stamper busy. (No tick runs in this test.)
+func TestStamperFlushesATableThatFilledDuringAFlush(t *testing.T) {
+	store := &gatedStamps{flushed: make(chan []persistence.Stamp, 4), release: make(chan struct{})}
+	table := newStampTable(3)
+	system := actor.NewActorSystem()
+	pid, err := system.Root.SpawnNamed(newStamperProps(store, slog.New(slog.DiscardHandler), table, &epochCounter{},
+		newTel(nil, nil), &atomic.Pointer[actor.PID]{}, actor.NewDefaultDispatcher(300)), "stamper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer system.Root.Stop(pid)
+	fill := func(from int) {
+		for i := range 3 {
+			if table.put(stampAt(uuid.New(), from+i), carrier{}) {
+				system.Root.Send(pid, stampFullMsg)
+			}
+		}
+	}
+	next := func() []persistence.Stamp {
+		select {
+		case b := <-store.flushed:
+			return b
+		case <-time.After(10 * time.Second):
+			t.Fatal("no flush")
+			return nil
+		}
+	}
+	fill(0)
+	if n := len(next()); n != 3 {
+		t.Fatalf("first flush of %d stamps, want 3", n)
+	}
+	fill(3) // the table fills while the first flush is in flight
+	store.release <- struct{}{}
+	if n := len(next()); n != 3 {
+		t.Errorf("second flush of %d stamps, want the 3 that waited", n)
+	}
+	store.release <- struct{}{}
 }
