@@ -365,8 +365,11 @@ func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
 		case "/v1/mcp/servers/deregister":
 			live.Add(-1)
 		case "/v1/mcp/servers/heartbeat":
-			if live.Load() > 300 {
-				time.Sleep(450 * time.Millisecond) // a saturated service, not a test waiting
+			if live.Load() > 75 {
+				// A service that cannot hold more than 75: it refuses, at once, so that whether a size
+				// holds does not depend on how busy the machine running the test is.
+				http.Error(w, "saturated", http.StatusServiceUnavailable)
+				return
 			}
 		}
 		proxy.ServeHTTP(w, r)
@@ -377,30 +380,30 @@ func TestRunSearchesForTheLargestFleetHeld(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if !s.Hold.Ran || s.Hold.Largest != 280 {
-		t.Fatalf("hold search = %+v, want it to run and find 280", s.Hold)
+	if !s.Hold.Ran || s.Hold.Largest != 70 {
+		t.Fatalf("hold search = %+v, want it to run and find 70", s.Hold)
 	}
 	var sizes []int
 	for _, st := range s.Hold.Steps {
 		sizes = append(sizes, st.Servers)
-		if st.Held != (st.Servers == 280) || st.Deregistered != 40 || st.Window.ExpectedRatePerSecond != float64(st.Servers)*2 {
+		if st.Held != (st.Servers == 70) || st.Deregistered != 10 || st.Window.ExpectedRatePerSecond != float64(st.Servers)*2 {
 			t.Errorf("step %+v", st)
 		}
 	}
-	if !slices.Equal(sizes, []int{360, 320, 280}) {
-		t.Errorf("sizes %v, want 360, 320, 280", sizes)
+	if !slices.Equal(sizes, []int{90, 80, 70}) {
+		t.Errorf("sizes %v, want 90, 80, 70", sizes)
 	}
 	var report bytes.Buffer
 	if err := loadgen.WriteMarkdown(&report, s); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Largest fleet held", "p99 under 300 ms", "largest held in the step-down: 280 servers", "Largest held: 280 servers. What breaks next, at 320: "} {
+	for _, want := range []string{"## Largest fleet held", "p99 under 1000 ms", "largest held in the step-down: 70 servers", "Largest held: 70 servers. What breaks next, at 80: "} {
 		if !strings.Contains(report.String(), want) {
 			t.Errorf("the report lacks %q", want)
 		}
 	}
 	// The rest are deregistered at the end, and the fleet the fake holds is empty.
-	if s.Deregistration.Deregistered != 280 || s.Deregistration.Errors.Total != 0 || live.Load() != 0 {
+	if s.Deregistration.Deregistered != 70 || s.Deregistration.Errors.Total != 0 || live.Load() != 0 {
 		t.Errorf("deregistration %+v, %d left", s.Deregistration, live.Load())
 	}
 }
@@ -412,22 +415,23 @@ func TestRunSearchesNothingWhenTheFleetHolds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if s.Hold.Ran || len(s.Hold.Steps) != 0 || s.Deregistration.Deregistered != 400 {
+	if s.Hold.Ran || len(s.Hold.Steps) != 0 || s.Deregistration.Deregistered != 100 {
 		t.Errorf("hold search %+v, deregistered %d", s.Hold, s.Deregistration.Deregistered)
 	}
 }
 
-// holdConfig is a run of 400 modules without jitter, 1.5 s windows, connections enough for 450 ms
-// answers at the full rate, and the step-down search on, holding a size to a p99 under 300 ms (not the
-// target's 50 ms: a race-detector build sharing two cores with other test packages can miss that
-// while serving perfectly well; the rule is the same, TestWindowHeld proves it at 50 ms).
+// holdConfig is a run of 100 modules without jitter, 3 s windows, and the step-down search on,
+// holding a size to a p99 under 1 s. Not the target's 50 ms: a race-detector build sharing two cores
+// with other test packages can miss that, and the 99 % share of the rate in a short window, while
+// serving perfectly well (in CI a 1.5 s window at a 300 ms limit once missed both); the rule is the
+// same, and TestWindowHeld proves it at 50 ms.
 func holdConfig(baseURL, key string) loadgen.Config {
 	cfg := smallConfig(baseURL, key)
-	cfg.N = 400
+	cfg.N = 100
 	cfg.Jitter = 0
-	cfg.Connections = 400
-	cfg.HoldP99 = 300 * time.Millisecond
-	cfg.Duration = 1500 * time.Millisecond
+	cfg.Connections = 32
+	cfg.HoldP99 = time.Second
+	cfg.Duration = 3 * time.Second
 	cfg.PeakDuration = 0
 	cfg.HoldSearch = true
 	return cfg

@@ -103,8 +103,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 		case <-ctx.Done():
 		case <-time.After(window):
 		}
-		ph.finish()
-		r.cur.Store(idle)
+		r.closeWindow(ph, idle)
 		st.CPU = r.stopCPU(ctx, mark, ph.elapsed(), ph.name)
 		st.Window = summarizePhase(ph, float64(st.Servers)/r.cfg.Interval.Seconds())
 		st.FalseSwept = r.sweepFalseDelta(ctx)

@@ -55,6 +55,8 @@ type phase struct {
 	// heartbeating on time (previous 2xx sent less than 2H before).
 	nonHealthyOnTime atomic.Uint64
 	nonHealthyLate   atomic.Uint64
+	// inflight is how many beats attributed to the phase are sent and not yet answered.
+	inflight atomic.Int64
 
 	mu         sync.Mutex
 	start, end time.Time
@@ -74,6 +76,19 @@ func (p *phase) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.end = time.Now()
+}
+
+// closeWindow ends the window ph: beats sent from now on count in next, and closeWindow then waits,
+// at most the request timeout and a second, for the beats ph sent that are still in flight, so that
+// the window's rate and latency hold every beat it sent, the slow ones last. (A beat whose worker
+// read ph just before the switch may still start after the wait; it is counted in ph or not at all.)
+func (r *runner) closeWindow(ph, next *phase) {
+	r.cur.Store(next)
+	ph.finish()
+	deadline := time.Now().Add(r.cfg.RequestTimeout + time.Second)
+	for ph.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // elapsed is the phase's length so far, or its whole length once finished.
@@ -220,7 +235,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	if cfg.Duration > 0 {
 		r.runSteady(ctx, s, steady, reg.summary.Registered)
 	}
-	steady.finish()
+	r.closeWindow(steady, newPhase("after steady")) // beats until the next phase count nowhere
 	s.Steady = summarizePhase(steady, float64(reg.summary.Registered)/cfg.Interval.Seconds())
 	s.Warmup = summarizePhase(warm, 0)
 	s.Plots = append(s.Plots, plotOf(warm), plotOf(steady))
@@ -582,6 +597,8 @@ func (r *runner) beatOnce(ctx context.Context, ph *phase, b *beater, m *module, 
 	if r.paused.Load() {
 		return
 	}
+	ph.inflight.Add(1)
+	defer ph.inflight.Add(-1)
 	sent := r.now()
 	start := time.Now()
 	status, answer, err := b.beat(ctx, body)

@@ -71,3 +71,42 @@ func TestBulkTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWindowCountsTheBeatsInFlight: a beat sent in a window and answered after it closed counts in
+// that window (its latency too), and one sent after the close counts in the next phase. Without the
+// wait for beats in flight, the window's rate and tail lose the slowest beats of its end.
+func TestCloseWindowCountsTheBeatsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		<-release
+		_, _ = io.WriteString(w, `{"status":"healthy"}`)
+	}))
+	t.Cleanup(ts.Close)
+	r, err := newRunner(Config{BaseURL: ts.URL, N: 1, Interval: time.Second, Connections: 1, RequestTimeout: 5 * time.Second}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window, next := newPhase("window"), newPhase("next")
+	r.cur.Store(window)
+	b := newBeater(r.hb)
+	t.Cleanup(b.Close)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.beatOnce(context.Background(), r.cur.Load(), b, nil, []byte(`{"server_id":"x"}`))
+	}()
+	for window.inflight.Load() == 0 {
+		time.Sleep(time.Millisecond) // until the beat is on its way
+	}
+	go func() {
+		for r.cur.Load() != next {
+			time.Sleep(time.Millisecond)
+		}
+		close(release) // answered only once the window has closed
+	}()
+	r.closeWindow(window, next)
+	if window.ok.Load() != 1 || window.lat.Max() == 0 || next.ok.Load() != 0 {
+		t.Errorf("window answered %d (max latency %s), next %d; want the beat in flight in the window", window.ok.Load(), window.lat.Max(), next.ok.Load())
+	}
+	<-done
+}
