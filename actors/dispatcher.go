@@ -57,6 +57,12 @@ func (w *workers) Schedule(fn func()) {
 	}
 }
 
+// withThroughput is a dispatcher onto the same workers whose mailbox runs handle up to n messages
+// before they yield.
+func (w *workers) withThroughput(n int) *workers {
+	return &workers{idle: w.idle, done: w.done, throughput: n}
+}
+
 // Throughput is the messages a mailbox run handles before yielding.
 func (w *workers) Throughput() int { return w.throughput }
 

@@ -139,8 +139,18 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 			f.shared = shared
 		}
 		return f
-	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(deps.workers))
+	}, actor.WithSupervisor(strategy), actor.WithMailbox(unboundedMailbox()), actor.WithDispatcher(deps.workers.withThroughput(fleetThroughput)))
 }
+
+// fleetThroughput is the messages the fleet actor handles per mailbox run before it yields. Every
+// first registration and every monitor tick of the node passes through this one actor, while each server
+// actor handles only its own: when the machine is saturated, a yield sends the fleet's goroutine to the
+// back of the Go scheduler's queue behind every runnable request goroutine. At protoactor's 300 a run,
+// registering 250,000 on two cores, the fleet fell behind its mailbox for good from ~156,000 servers:
+// monitor ticks handled up to 19 s late and every registration timing out for minutes while heartbeats
+// were answered. At 100,000 a run no tick was late, and registrations kept committing until PostgreSQL
+// was the limit (bench/REPORT-250k.md).
+const fleetThroughput = 100_000
 
 func (f *fleetActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -268,6 +278,13 @@ func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
 }
 
 func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
+	if !msg.deadline.IsZero() && !time.Now().Before(msg.deadline) {
+		// The caller has been told 503 "nothing was recorded", or will be before an answer reaches it:
+		// nothing is started for it — no actor spawned, no span, no write: behind a backlog, the fleet's
+		// time goes to registrations whose callers can still be answered.
+		ctx.Respond(&registerReply{err: fmt.Errorf("%w: the registration waited past its deadline before it could start", ErrUnavailable)})
+		return
+	}
 	span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")
 	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
 	id, ok := f.byModule[key]

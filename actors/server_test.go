@@ -17,6 +17,9 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/internal/wait"
@@ -38,7 +41,8 @@ type harness struct {
 	fleet  *Fleet
 	events chan string
 	tenant uuid.UUID
-	stop   func() // stops the running fleet
+	stop   func()       // stops the running fleet
+	tracer trace.Tracer // the fleet's; nil: none
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
@@ -55,7 +59,7 @@ func (h *harness) start(mod func(*Config)) {
 	if mod != nil {
 		mod(&cfg)
 	}
-	f, err := Start(context.Background(), cfg, h.store, Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), OnEvent: func(e string) {
+	f, err := Start(context.Background(), cfg, h.store, Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), Tracer: h.tracer, OnEvent: func(e string) {
 		select {
 		case h.events <- e:
 		default:
@@ -500,6 +504,30 @@ func TestFailedFirstRegistrationIsForgotten(t *testing.T) {
 	if _, err := h.fleet.Heartbeat(context.Background(), h.tenant, id, carrier{}); err != nil {
 		t.Fatalf("heartbeat after a retried registration: %v", err)
 	}
+}
+
+// TestStaleRegistrationStartsNothing: a registration that reaches the fleet past its caller's deadline
+// (the caller has been, or is about to be, told 503) is answered ErrUnavailable at once, and nothing is
+// started for it: no span, no server actor, no write. The module registers normally afterwards.
+func TestStaleRegistrationStartsNothing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
+	h := &harness{t: t, store: newFakeStore(), clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		events: make(chan string, 100), tenant: uuid.New(), tracer: tp.Tracer("test")}
+	h.start(nil)
+	msg := &registerMsg{req: RegisterRequest{TenantID: h.tenant, ModuleName: "late"}, deadline: time.Now().Add(-time.Millisecond)}
+	res, err := h.fleet.system.Root.RequestFuture(h.fleet.fleet, msg, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.(*registerReply); !errors.Is(r.err, ErrUnavailable) {
+		t.Fatalf("a registration past its deadline answered %+v, want ErrUnavailable", r)
+	}
+	all := func(persistence.Command) bool { return true }
+	if spans, actors := rec.Started(), serverActors(h.fleet); len(spans) != 0 || len(actors) != 0 || h.store.count(all) != 0 {
+		t.Fatalf("started for a registration past its deadline: %d spans, %d server actors, %d commands", len(spans), len(actors), h.store.count(all))
+	}
+	h.register("late")
 }
 
 // TestMassSilenceHoldsAtDegraded: past the tenant's budget, servers are held at degraded and one
