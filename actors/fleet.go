@@ -278,11 +278,10 @@ func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
 }
 
 func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
-	if !msg.deadline.IsZero() && !time.Now().Before(msg.deadline) {
-		// The caller has been told 503 "nothing was recorded", or will be before an answer reaches it:
-		// nothing is started for it — no actor spawned, no span, no write: behind a backlog, the fleet's
-		// time goes to registrations whose callers can still be answered.
-		ctx.Respond(&registerReply{err: fmt.Errorf("%w: the registration waited past its deadline before it could start", ErrUnavailable)})
+	if err := pastDeadline(msg.deadline); err != nil {
+		// Not even a span or an actor: behind a backlog, the fleet's time goes to registrations whose
+		// callers can still be answered.
+		ctx.Respond(&registerReply{err: err})
 		return
 	}
 	span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")

@@ -206,8 +206,8 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc te
 	if deadline.IsZero() {
 		deadline = time.Now().Add(a.deps.writeTimeout)
 	}
-	if !time.Now().Before(deadline) {
-		done(ctx, fmt.Errorf("%w: the caller's deadline passed before the write could start", ErrUnavailable))
+	if err := pastDeadline(deadline); err != nil {
+		done(ctx, err)
 		return
 	}
 	fence, held := a.deps.own.fence(a.rec.id)
@@ -237,6 +237,16 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc te
 		done(ctx, err)
 		a.idle(ctx)
 	})
+}
+
+// pastDeadline is the answer to durable work that reaches an actor at or past its caller's deadline
+// (zero: none): that caller has been, or is about to be, told 503 "nothing was recorded", so nothing is
+// started for it — no write, and in the fleet no actor spawned either.
+func pastDeadline(deadline time.Time) error {
+	if deadline.IsZero() || time.Now().Before(deadline) {
+		return nil
+	}
+	return fmt.Errorf("%w: the caller's deadline passed before the write could start", ErrUnavailable)
 }
 
 func (a *serverActor) register(ctx actor.Context, msg *registerMsg) {
