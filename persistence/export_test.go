@@ -15,6 +15,18 @@ func SetLoadPage(n int) (restore func()) {
 	return func() { loadPage = old }
 }
 
+// LoadRangeEdges returns, for every edge between two of LoadServers' ranges, the last id of the lower
+// range and the first of the upper one, and the first and last id of the whole space.
+func LoadRangeEdges() []uuid.UUID {
+	edges := []uuid.UUID{{15: 1}, loadBound(loadRanges)}
+	for r := 1; r < loadRanges; r++ {
+		last := loadBound(r)
+		first := uuid.UUID{0: last[0] + 1}
+		edges = append(edges, last, first)
+	}
+	return edges
+}
+
 // RegisterSetReads applies cmds as one registerSet, unfenced, in a transaction of tenant on db, reads what
 // its statements (and the triggers they fire) read of each table — the heap tuples fetched by sequential
 // and index scans, from pg_stat_xact_user_tables — and rolls the transaction back.

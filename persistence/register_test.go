@@ -279,19 +279,14 @@ func TestRegisterSetIsIdempotent(t *testing.T) {
 	}
 }
 
-// LoadServers reads the whole tenant in parallel ranges of keyset pages — every server exactly once,
-// also the ones on the ranges' edges and when a range's last page is full — and only that tenant's,
-// without the capability advertisement.
+// LoadServers reads the whole tenant in parallel ranges handed over in pages — every server exactly
+// once, also the ones on the ranges' edges and when a range's last page is full — and only that
+// tenant's, without the capability advertisement.
 func TestLoadServersInPages(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	other := d.newTenant("other")
-	ids := []uuid.UUID{ // the first and last id of every range, and their neighbours across the edges
-		uuid.MustParse("00000000-0000-0000-0000-000000000001"), uuid.MustParse("3fffffff-ffff-ffff-ffff-ffffffffffff"),
-		uuid.MustParse("40000000-0000-0000-0000-000000000000"), uuid.MustParse("7fffffff-ffff-ffff-ffff-ffffffffffff"),
-		uuid.MustParse("80000000-0000-0000-0000-000000000000"), uuid.MustParse("bfffffff-ffff-ffff-ffff-ffffffffffff"),
-		uuid.MustParse("c0000000-0000-0000-0000-000000000000"), uuid.MustParse("ffffffff-ffff-ffff-ffff-ffffffffffff"),
-	}
+	ids := persistence.LoadRangeEdges() // the first and last id of every range
 	for range 9 {
 		ids = append(ids, uuid.New())
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -123,30 +124,48 @@ func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
 	return ids, nil
 }
 
-// loadPage is how many servers LoadServers reads per statement (a variable for the tests only).
-var loadPage = 10000
+// loadPage is how many servers LoadServers hands its caller at a time (a variable for the tests only).
+var loadPage = 1000
 
-// loadParts is how many disjoint server_id ranges LoadServers reads at once, each on a connection of
-// its own: PostgreSQL's backends find and send the rows while this process decodes them, which keeps
-// both of a small machine's cores busy (one range at a time left each waiting on the other; it was half
-// of a cold start at 250,000 servers).
+// loadRanges is how many disjoint server_id ranges LoadServers cuts the id space into, each read by one
+// statement without an order: a range is a bitmap index scan of its share of the table, streamed. (Keyset
+// pages — ORDER BY server_id LIMIT n — made PostgreSQL sort the rest of a range for every page, on disk
+// once it passed work_mem: 170–470 ms a page on a table a day of heartbeat stamps had bloated, most of
+// a cold start.) Server ids are uniformly distributed (random or hashed), so at 100,000 servers a range
+// is ~1,600 rows and at 10,000,000 ~160,000.
+const loadRanges = 64
+
+// loadParts is how many ranges LoadServers reads at once, each on a connection of its own: PostgreSQL's
+// backends find and send the rows while this process decodes them, which keeps both of a small
+// machine's cores busy (one range at a time left each waiting on the other; it was half of a cold start
+// at 250,000 servers).
 const loadParts = 4
 
 // LoadServers returns every server of tenantID (all statuses), for rebuilding the fleet at start,
 // without its capability advertisement (CapabilityAdvertisement is nil: the fleet keeps none in memory,
 // and decoding it was a tenth of a cold start). fn is called once per row, in no particular order, and
-// never concurrently: always on the caller's goroutine. The server_id space is cut into loadParts ranges
-// read at the same time, each in keyset pages of loadPage (server_id after the previous page's last),
-// each page one statement in a transaction of its own: a large fleet is streamed in a few round trips,
-// and no transaction or snapshot lasts the whole load. When fn or a read fails, the reads still in
-// flight are cancelled and waited for before LoadServers returns the first error.
+// never concurrently: always on the caller's goroutine. The server_id space is cut into loadRanges
+// ranges, loadParts of them read at the same time, each by one statement in a transaction of its own
+// whose rows are handed over in pages of at most loadPage as they arrive: a large fleet is streamed in
+// a few round trips with a bounded amount of it in memory, and no transaction or snapshot lasts the
+// whole load. When fn or a read fails, the reads still in flight are cancelled and waited for before
+// LoadServers returns the first error.
 func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan []Server, loadParts)
 	errs := make(chan error, loadParts)
-	for p := range loadParts {
-		go func() { errs <- s.loadRange(ctx, tenantID, loadBound(p), loadBound(p+1), pages) }()
+	var next atomic.Int32 // the next range to read
+	for range loadParts {
+		go func() {
+			for r := int(next.Add(1)) - 1; r < loadRanges; r = int(next.Add(1)) - 1 {
+				if err := s.loadRange(ctx, tenantID, loadBound(r), loadBound(r+1), pages); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
 	}
 	var first error
 	take := func(page []Server) { // fn for each server of page, until one fails
@@ -172,7 +191,7 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 			}
 		}
 	}
-	for { // pages sent before their range's error or end
+	for { // pages sent before their reader's error or end
 		select {
 		case page := <-pages:
 			take(page)
@@ -182,57 +201,60 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 	}
 }
 
-// loadBound is the exclusive lower bound of LoadServers' range p (0 ≤ p < loadParts) and the inclusive
-// upper bound of range p-1: the UUID whose first byte is p·256/loadParts − 1 and whose other bytes are
-// all 0xff (range 0 starts after the nil UUID, which no server has).
-func loadBound(p int) uuid.UUID {
-	if p == 0 {
+// loadBound is the exclusive lower bound of LoadServers' range r (0 ≤ r < loadRanges) and the inclusive
+// upper bound of range r-1: the UUID whose first byte is r·256/loadRanges − 1 and whose other bytes are
+// all 0xff (range 0 starts after the nil UUID, which no server has); loadBound(loadRanges) is the
+// largest UUID.
+func loadBound(r int) uuid.UUID {
+	if r == 0 {
 		return uuid.Nil
 	}
 	var b uuid.UUID
 	for i := range b {
 		b[i] = 0xff
 	}
-	b[0] = byte(p*256/loadParts - 1)
+	b[0] = byte(r*256/loadRanges - 1)
 	return b
 }
 
-// loadRange reads the servers with after < server_id ≤ last in keyset pages and sends each page on pages
-// (or stops when ctx ends).
+// loadRange reads the servers with after < server_id ≤ last in one statement and sends them on pages,
+// at most loadPage a page, as they arrive (or stops when ctx ends).
 func (s *Store) loadRange(ctx context.Context, tenantID, after, last uuid.UUID, pages chan<- []Server) error {
-	for {
-		page := make([]Server, 0, loadPage)
-		err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT `+loadColumns+` FROM mcp_servers
-				WHERE server_id > $1 AND server_id <= $2 ORDER BY server_id LIMIT $3`, after, last, loadPage)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				srv, err := scanServer(rows)
-				if err != nil {
-					return err
-				}
-				page = append(page, srv)
-			}
-			return rows.Err()
-		})
+	return s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+loadColumns+` FROM mcp_servers WHERE server_id > $1 AND server_id <= $2`, after, last)
 		if err != nil {
 			return err
 		}
-		if len(page) > 0 {
-			after = page[len(page)-1].ServerID
+		defer rows.Close()
+		send := func(page []Server) error {
 			select {
 			case pages <- page:
+				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
-		if len(page) < loadPage {
-			return nil
+		page := make([]Server, 0, loadPage)
+		for rows.Next() {
+			srv, err := scanServer(rows)
+			if err != nil {
+				return err
+			}
+			if page = append(page, srv); len(page) == loadPage {
+				if err := send(page); err != nil {
+					return err
+				}
+				page = make([]Server, 0, loadPage)
+			}
 		}
-	}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(page) > 0 {
+			return send(page)
+		}
+		return nil
+	})
 }
 
 // loadColumns are serverColumns with NULL for the capability advertisement.
