@@ -260,7 +260,11 @@ func (c *checker) describeReq(q *Request) string {
 	out := fmt.Sprintf("%s  %s sent, answered %s: ", ts(q.Sent), q.Kind, ts(q.Done))
 	switch {
 	case q.Code == 0:
-		out += "no answer (" + q.Err + ")"
+		out += "no answer (" + q.Err + "; " + orDash(q.Conn)
+		if q.Node < len(c.h.Nodes) {
+			out += ", to " + c.h.Nodes[q.Node].Name
+		}
+		out += ")"
 	case q.Accepted():
 		out += fmt.Sprintf("%d %s", q.Code, q.Status)
 	default:

@@ -117,6 +117,7 @@ type Request struct {
 	Inc      int       `json:"inc"`         // the service incarnation current when it was sent
 	Phase    string    `json:"ph,omitempty"`
 	Node     int       `json:"nd,omitempty"` // cluster: the index of the node it was sent to
+	Conn     string    `json:"cn,omitempty"` // no answer: the connection it went out on (describeConn)
 }
 
 // Accepted reports whether the request got a 2xx answer.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,21 @@ type answer struct {
 	Retry   string
 	Problem string
 	Detail  string
+}
+
+// describeConn says which connection an unanswered request went out on: a new one, or one reused from
+// the pool after how long idle — an answer lost on a reused connection that the service closed while the
+// request was on its way is a client race, not the service dropping a request.
+func describeConn(i httptrace.GotConnInfo) string {
+	switch {
+	case i.Conn == nil:
+		return "no connection"
+	case !i.Reused:
+		return "new connection"
+	case i.WasIdle:
+		return fmt.Sprintf("connection reused after %s idle", i.IdleTime.Round(time.Millisecond))
+	}
+	return "connection reused"
 }
 
 // call sends one request with its own timeout and records it as q (Kind, Module, ServerID preset).
@@ -79,6 +95,8 @@ func (a *api) callAt(ctx context.Context, n int, q Request, method, path, key st
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	var conn httptrace.GotConnInfo
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i }}))
 	q.Sent = time.Now()
 	resp, err := a.client.Do(req)
 	if err != nil {
@@ -87,6 +105,7 @@ func (a *api) callAt(ctx context.Context, n int, q Request, method, path, key st
 			return answer{}, false, false // the run is over: not part of the history
 		}
 		q.Err, q.Timeout = classify(err)
+		q.Conn = describeConn(conn)
 		a.rec.request(q)
 		return answer{}, false, !q.Timeout
 	}
@@ -98,6 +117,7 @@ func (a *api) callAt(ctx context.Context, n int, q Request, method, path, key st
 	}
 	if rerr != nil {
 		q.Err, q.Timeout = classify(rerr)
+		q.Conn = describeConn(conn)
 		q.Code = 0
 		a.rec.request(q)
 		return answer{}, false, !q.Timeout
