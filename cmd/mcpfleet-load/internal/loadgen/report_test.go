@@ -42,8 +42,8 @@ func baseSummary() *loadgen.Summary {
 		ColdStart:           loadgen.ColdStartSummary{Measured: true, Servers: 250_000, Seconds: 1.5, RSSAtReadyKiB: 400_000},
 		Tracing: loadgen.TracingSummary{Measured: true, Exports: 10, ExportBytes: 4096, Runs: []loadgen.TracingRun{
 			{Name: "off", ReadySeconds: 1.5, Peak: loadgen.PhaseSummary{Seconds: 10, OK: 300_000, RatePerSecond: 30_000}},
-			{Name: "100 % (always_on)", Env: []string{"OTEL_TRACES_SAMPLER=always_on"}, ReadySeconds: 1.6, Peak: loadgen.PhaseSummary{Seconds: 10, OK: 270_000, RatePerSecond: 27_000}},
 			{Name: "1 % parent-based", Env: []string{"OTEL_TRACES_SAMPLER=parentbased_traceidratio"}, ReadySeconds: 1.6, Peak: loadgen.PhaseSummary{Seconds: 10, OK: 297_000, RatePerSecond: 29_700}},
+			{Name: "100 % (always_on)", Env: []string{"OTEL_TRACES_SAMPLER=always_on"}, ReadySeconds: 1.6, Peak: loadgen.PhaseSummary{Seconds: 10, OK: 270_000, RatePerSecond: 27_000}},
 		}},
 	}
 }
@@ -82,8 +82,8 @@ func TestTargets(t *testing.T) {
 		{"no ceiling", func(s *loadgen.Summary) { s.Ceiling, s.NoopSteady = loadgen.PhaseSummary{}, loadgen.PhaseSummary{} }, map[string]string{cpuNoop: unmeasured}},
 		{"fat heap", func(s *loadgen.Summary) { s.Heap.PerServerBytes = 2.51 * 1024 }, map[string]string{heap: notMet}},
 		{"no profiler", func(s *loadgen.Summary) { s.Heap = loadgen.HeapSummary{} }, map[string]string{heap: unmeasured}},
-		{"tracing costs 16 %", func(s *loadgen.Summary) { s.Tracing.Runs[1].Peak.RatePerSecond = 25_200 }, map[string]string{full: notMet}},
-		{"1 % tracing costs 2.1 %", func(s *loadgen.Summary) { s.Tracing.Runs[2].Peak.RatePerSecond = 29_370 }, map[string]string{ratio: notMet}},
+		{"tracing costs 16 %", func(s *loadgen.Summary) { s.Tracing.Runs[2].Peak.RatePerSecond = 25_200 }, map[string]string{full: notMet}},
+		{"1 % tracing costs 2.1 %", func(s *loadgen.Summary) { s.Tracing.Runs[1].Peak.RatePerSecond = 29_370 }, map[string]string{ratio: notMet}},
 		{"no restarts", func(s *loadgen.Summary) {
 			s.Tracing = loadgen.TracingSummary{}
 			s.ColdStart = loadgen.ColdStartSummary{}

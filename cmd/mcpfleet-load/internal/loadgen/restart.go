@@ -82,23 +82,46 @@ var (
 	ratioEnv = []string{"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.01"}
 )
 
-// tracingConfigs are the configurations compared, in the order they run: each tracing configuration
-// twice and tracing off three times, interleaved and off first and last, so a drift of the machine's
-// speed during the phases (on a shared virtual machine, tens of per cent between two identical 10 s
-// loops) falls on every kind alike and is averaged out of the comparison, and the spread of one kind's
-// runs shows how far a single run can be trusted.
-var tracingConfigs = []struct {
+// tracingConfigs are the configurations compared, in the order they run: twice the counterbalanced
+// sequence off, 1 %, 100 %, 100 %, 1 %, off — each kind four times. On a shared virtual machine two
+// identical 10 s loops differ by tens of per cent, and a run is also slowed by what ran just before it
+// (the 100 % runs leave the load generator's collector and PostgreSQL busier). In this order every kind
+// has the same mean position, so a steady drift of the machine's speed falls on each kind alike and
+// cancels out of the comparison, and each kind follows each other kind about as often; the earlier
+// order (off, 100 %, 1 %, off, 100 %, 1 %, off) put every 1 % run right after a 100 % one. The spread
+// of one kind's runs shows how far a single run can be trusted.
+var tracingConfigs = counterbalanced(2, []tracingKind{
+	{"off", kindOff, nil},
+	{"1 % parent-based", kindRatio, ratioEnv},
+	{"100 % (always_on)", kindFull, fullEnv},
+})
+
+// tracingKind is one tracing configuration.
+type tracingKind struct {
 	name string
 	kind string
 	env  []string // with the discard collector's endpoint added when not empty
-}{
-	{"off", kindOff, nil},
-	{"100 % (always_on)", kindFull, fullEnv},
-	{"1 % parent-based", kindRatio, ratioEnv},
-	{"off, again", kindOff, nil},
-	{"100 % (always_on), again", kindFull, fullEnv},
-	{"1 % parent-based, again", kindRatio, ratioEnv},
-	{"off, a third time", kindOff, nil},
+}
+
+// counterbalanced returns rounds × (kinds in order, then in reverse), each run named with its kind's
+// count: "off (1)", "1 % parent-based (1)", …
+func counterbalanced(rounds int, kinds []tracingKind) []tracingKind {
+	var out []tracingKind
+	seen := map[string]int{}
+	add := func(k tracingKind) {
+		seen[k.kind]++
+		k.name = fmt.Sprintf("%s (%d)", k.name, seen[k.kind])
+		out = append(out, k)
+	}
+	for range rounds {
+		for _, k := range kinds {
+			add(k)
+		}
+		for i := len(kinds) - 1; i >= 0; i-- {
+			add(kinds[i])
+		}
+	}
+	return out
 }
 
 // kindMean is the mean of value over the runs of kind for which value is known, and how many those

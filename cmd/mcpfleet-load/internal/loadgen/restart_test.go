@@ -59,8 +59,9 @@ func TestThroughputVsOff(t *testing.T) {
 	if _, ok := s.ThroughputVsOff(2); ok {
 		t.Fatal("a run not made is measured")
 	}
-	// With the last tracing-off run, the comparison is with the mean of both.
-	s.Runs = append(s.Runs, TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: 190}}, TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: 180}})
+	// With the next tracing-off run (off, 1 %, 100 %, 100 %, 1 %, off), the comparison is with the mean of both.
+	rate := func(r float64) TracingRun { return TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: r}} }
+	s.Runs = append(s.Runs, rate(190), rate(150), rate(150), rate(180))
 	if p, ok := s.ThroughputVsOff(2); !ok || p != 100 {
 		t.Fatalf("ThroughputVsOff(2) against off 200 and 180 = %v, %v", p, ok)
 	}
@@ -82,8 +83,9 @@ func TestCPUVsOff(t *testing.T) {
 	if p, ok := s.CPUVsOff(1); !ok || !near(p, 130) {
 		t.Fatalf("CPUVsOff(1) = %v, %v, want 130 %%", p, ok)
 	}
-	// With the last tracing-off run (0.12 ms), the comparison is with the mean of both off runs, 0.11 ms.
-	s.Runs = append(s.Runs, run(10_000, 1.1), run(10_000, 1.2))
+	// With the next tracing-off run (0.12 ms; off, 1 %, 100 %, 100 %, 1 %, off), the comparison is with
+	// the mean of both off runs, 0.11 ms.
+	s.Runs = append(s.Runs, run(10_000, 1.1), run(10_000, 1.5), run(10_000, 1.0), run(10_000, 1.2))
 	if p, ok := s.CPUVsOff(2); !ok || !near(p, 100) {
 		t.Fatalf("CPUVsOff(2) against off 0.10 and 0.12 ms = %v, %v, want 100 %%", p, ok)
 	}
@@ -91,34 +93,34 @@ func TestCPUVsOff(t *testing.T) {
 	if _, ok := s.CPUVsOff(2); ok {
 		t.Fatal("a run whose CPU was not read is compared")
 	}
-	if _, ok := s.CPUVsOff(4); ok {
+	if _, ok := s.CPUVsOff(6); ok {
 		t.Fatal("a run not made is compared")
 	}
-	s.Runs[0].ServiceCPUMeasured, s.Runs[3].ServiceCPUMeasured = false, false
+	s.Runs[0].ServiceCPUMeasured, s.Runs[5].ServiceCPUMeasured = false, false
 	if _, ok := s.CPUVsOff(1); ok {
 		t.Fatal("compared with no tracing-off CPU")
 	}
 }
 
-// Interleaved runs: each tracing kind is judged on the mean of its runs against the mean of the three
+// Counterbalanced runs: each tracing kind is judged on the mean of its runs against the mean of the
 // tracing-off runs; before the second runs, on the one that ran.
 func TestKindVsOff(t *testing.T) {
 	run := func(rate, cpu float64) TracingRun {
 		return TracingRun{Peak: PhaseSummary{OK: 10_000, RatePerSecond: rate}, ServiceCPUMeasured: true, ServiceCPUSeconds: cpu}
 	}
-	// off, 100 %, 1 %, off, 100 %, 1 %, off
-	s := TracingSummary{Measured: true, Runs: []TracingRun{run(200, 1), run(150, 1.8), run(185, 1.0)}}
+	// off, 1 %, 100 %, 100 %, 1 %, off, …
+	s := TracingSummary{Measured: true, Runs: []TracingRun{run(200, 1), run(185, 1.0), run(150, 1.8)}}
 	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || p != 75 || rate != 150 || n != 1 {
 		t.Fatalf("after one run of each: KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 75 %%, 150/s, 1", p, rate, n, ok)
 	}
-	s.Runs = append(s.Runs, run(180, 1.2), run(170, 2.2), run(195, 1.2), run(190, 1.1))
+	s.Runs = append(s.Runs, run(170, 2.2), run(195, 1.2), run(180, 1.2))
 	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || !near(p, 100*160.0/190) || rate != 160 || n != 2 {
 		t.Fatalf("KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 84.2 %%, 160/s, 2", p, rate, n, ok)
 	}
 	if p, _, _, ok := s.KindVsOff(kindRatio); !ok || !near(p, 100) {
 		t.Fatalf("KindVsOff(ratio) = %v, %v; want 100 %%", p, ok)
 	}
-	// CPU per heartbeat: off 0.10, 0.12, 0.11 ms (mean 0.11); 100 %: 0.18 and 0.22 (mean 0.20).
+	// CPU per heartbeat: off 0.10 and 0.12 ms (mean 0.11); 100 %: 0.18 and 0.22 (mean 0.20).
 	if c, ok := s.KindCPUVsOff(kindFull); !ok || !near(c, 100*0.20/0.11) {
 		t.Fatalf("KindCPUVsOff(full) = %v, %v; want 181.8 %%", c, ok)
 	}
@@ -128,5 +130,24 @@ func TestKindVsOff(t *testing.T) {
 	s.Measured = false
 	if _, _, _, ok := s.KindVsOff(kindFull); ok {
 		t.Fatal("an unfinished comparison is judged")
+	}
+}
+
+// The tracing runs are counterbalanced: each kind runs as often as the others and at the same mean
+// position, so a steady drift of the machine's speed cancels out of every comparison.
+func TestTracingConfigsCounterbalanced(t *testing.T) {
+	pos, n := map[string]int{}, map[string]int{}
+	for i, c := range tracingConfigs {
+		pos[c.kind] += i
+		n[c.kind]++
+	}
+	if len(n) != 3 || n[kindOff] != n[kindFull] || n[kindOff] != n[kindRatio] || tracingConfigs[0].kind != kindOff {
+		t.Fatalf("runs per kind %v (want equal; the first, the cold start, off)", n)
+	}
+	if pos[kindOff] != pos[kindFull] || pos[kindOff] != pos[kindRatio] {
+		t.Fatalf("summed positions per kind %v, want equal", pos)
+	}
+	if tracingConfigs[0].name != "off (1)" || tracingConfigs[len(tracingConfigs)-1].name != "off (4)" {
+		t.Fatalf("names %q … %q", tracingConfigs[0].name, tracingConfigs[len(tracingConfigs)-1].name)
 	}
 }
