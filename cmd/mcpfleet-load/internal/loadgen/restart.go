@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -492,8 +493,8 @@ func (r *runner) readHeap(ctx context.Context, s *Summary, registered int) {
 	s.Heap.PerServerBytes = float64(b-s.Heap.BeforeBytes) / float64(registered)
 }
 
-// readLiveHeap reads HeapAlloc from the service's heap profile (?gc=1: after a collection, so it is
-// the live heap) in its text form.
+// readLiveHeap reads the live heap from the service's heap profile (?gc=1: as of a collection it
+// forces), in its text form.
 func (r *runner) readLiveHeap(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -510,20 +511,60 @@ func (r *runner) readLiveHeap(ctx context.Context) (int64, error) {
 	if res.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("heap profile: HTTP %d", res.StatusCode)
 	}
-	return parseHeapAlloc(res.Body)
+	return parseInUse(res.Body)
 }
 
-// parseHeapAlloc finds "# HeapAlloc = N" in a heap profile's text form.
-func parseHeapAlloc(body io.Reader) (int64, error) {
+// parseInUse sums the in-use bytes of a heap profile's text form (debug=1), each record scaled for the
+// sampling as pprof scales it: the live heap as of the last collection. (The profile's "# HeapAlloc"
+// is read after the profile is written; on a saturated service the profiling goroutine waits its turn
+// behind every runnable request, and HeapAlloc then also counted what they allocated meanwhile — twice
+// the live heap at 190,000 servers.)
+func parseInUse(body io.Reader) (int64, error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	rate := 0.0 // MemProfileRate: the header's heap/N is twice it
+	var total float64
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "heap profile: "); ok {
+			_, r, found := strings.Cut(v, "@ heap/")
+			n, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+			if !found || err != nil || n <= 0 {
+				return 0, fmt.Errorf("heap profile: header %q", line)
+			}
+			rate = n / 2
+			continue
 		}
+		if rate == 0 || line == "" || line[0] < '0' || line[0] > '9' {
+			continue
+		}
+		// "objects: bytes [allocated objects: allocated bytes] @ stack"
+		objects, rest, ok1 := strings.Cut(line, ": ")
+		size, _, ok2 := strings.Cut(rest, " [")
+		count, err1 := strconv.ParseFloat(objects, 64)
+		bytes, err2 := strconv.ParseFloat(size, 64)
+		if !ok1 || !ok2 || err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("heap profile: record %q", line)
+		}
+		total += scaleInUse(count, bytes, rate)
 	}
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("heap profile: %w", err)
 	}
-	return 0, errors.New("heap profile: no HeapAlloc line")
+	if rate == 0 {
+		return 0, errors.New("heap profile: no header")
+	}
+	return int64(total), nil
+}
+
+// scaleInUse is the bytes a heap profile record of count sampled objects totalling size stands for,
+// sampled on average once every rate bytes (runtime/pprof's scaleHeapSample).
+func scaleInUse(count, size, rate float64) float64 {
+	if count == 0 || size == 0 {
+		return 0
+	}
+	if rate <= 1 {
+		return size
+	}
+	return size / (1 - math.Exp(-size/count/rate))
 }

@@ -1,21 +1,32 @@
 package loadgen
 
 import (
+	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 )
 
-func TestParseHeapAlloc(t *testing.T) {
-	profile := "heap profile: 1: 2 [3: 4] @ heap/1048576\n1: 2 [3: 4] @ 0x1 0x2\n\n# runtime.MemStats\n# Alloc = 123\n# TotalAlloc = 456\n# HeapAlloc = 7654321\n# Sys = 1\n"
-	if n, err := parseHeapAlloc(strings.NewReader(profile)); err != nil || n != 7654321 {
-		t.Fatalf("parseHeapAlloc = %d, %v", n, err)
+func TestParseInUse(t *testing.T) {
+	// Two records at MemProfileRate 512 KiB (heap/1048576): 1,000 objects of 512 KiB, each sampled with
+	// probability 1-e^-1, and 4 objects of 64 bytes standing for 256/(1-e^-(64/524288)) bytes.
+	profile := "heap profile: 1004: 524288256 [2000: 1048576512] @ heap/1048576\n" +
+		"1000: 524288000 [2000: 1048576000] @ 0x1 0x2\n#\t0x1\tmain.f+0x1\n\n" +
+		"4: 256 [4: 256] @ 0x3\n\n# runtime.MemStats\n# HeapAlloc = 99999999999\n"
+	want := 524288000/(1-math.Exp(-1)) + 256/(1-math.Exp(-64.0/524288))
+	if n, err := parseInUse(strings.NewReader(profile)); err != nil || math.Abs(float64(n)-want) > 1 {
+		t.Fatalf("parseInUse = %d, %v; want %.0f (the records scaled, not HeapAlloc)", n, err, want)
 	}
-	if _, err := parseHeapAlloc(strings.NewReader("heap profile: nothing\n")); err == nil {
-		t.Fatal("a profile without HeapAlloc parsed")
+	for _, bad := range []string{"no header\n", "heap profile: 1: 2 [3: 4] @ heap/x\n", "heap profile: 1: 2 [3: 4] @ heap/2\n1: x [1: 1] @ 0x1\n"} {
+		if _, err := parseInUse(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
 	}
 }
 
@@ -149,5 +160,34 @@ func TestTracingConfigsCounterbalanced(t *testing.T) {
 	}
 	if tracingConfigs[0].name != "off (1)" || tracingConfigs[len(tracingConfigs)-1].name != "off (4)" {
 		t.Fatalf("names %q … %q", tracingConfigs[0].name, tracingConfigs[len(tracingConfigs)-1].name)
+	}
+}
+
+// parseInUse on this process's own heap profile finds what it keeps live: 64 MiB in 1 KiB objects,
+// sampled every 16 KiB on average (4,096 samples: a standard deviation of 1.6 %).
+func TestParseInUseOfALiveHeap(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 16 << 10
+	profile := func() int64 {
+		runtime.GC()
+		var b bytes.Buffer
+		if err := pprof.Lookup("heap").WriteTo(&b, 1); err != nil {
+			t.Fatal(err)
+		}
+		n, err := parseInUse(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := profile()
+	keep := make([][]byte, 64<<10)
+	for i := range keep {
+		keep[i] = make([]byte, 1024)
+	}
+	grown := profile() - before
+	runtime.KeepAlive(keep)
+	if want := int64(64 << 20); grown < want*9/10 || grown > want*11/10 {
+		t.Fatalf("live heap grew by %d bytes, want %d ± 10 %%", grown, want)
 	}
 }
