@@ -85,12 +85,12 @@ var (
 
 // tracingConfigs are the configurations compared, in the order they run: twice the counterbalanced
 // sequence off, 1 %, 100 %, 100 %, 1 %, off — each kind four times. On a shared virtual machine two
-// identical 10 s loops differ by tens of per cent, and a run is also slowed by what ran just before it
-// (the 100 % runs leave the load generator's collector and PostgreSQL busier). In this order every kind
-// has the same mean position, so a steady drift of the machine's speed falls on each kind alike and
-// cancels out of the comparison, and each kind follows each other kind about as often; the earlier
-// order (off, 100 %, 1 %, off, 100 %, 1 %, off) put every 1 % run right after a 100 % one. The spread
-// of one kind's runs shows how far a single run can be trusted.
+// identical 10 s loops differ by tens of per cent. In this order every kind has the same mean position,
+// so a steady drift of the machine's speed falls on each kind alike and cancels out of the comparison.
+// It does not balance what each run follows: 1 % follows 100 % twice and off never does, and a run right
+// after a 100 % one was measured slower (bench/REPORT.md of 2026-12-05), which biases the 1 % share down;
+// the earlier order (off, 100 %, 1 %, off, 100 %, 1 %, off) put every 1 % run after a 100 % one. The
+// spread of one kind's runs shows how far a single run can be trusted.
 var tracingConfigs = counterbalanced(2, []tracingKind{
 	{"off", kindOff, nil},
 	{"1 % parent-based", kindRatio, ratioEnv},
