@@ -83,19 +83,20 @@ var (
 	ratioEnv = []string{"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.01"}
 )
 
-// tracingConfigs are the configurations compared, in the order they run: twice the counterbalanced
-// sequence off, 1 %, 100 %, 100 %, 1 %, off — each kind four times. On a shared virtual machine two
-// identical 10 s loops differ by tens of per cent. In this order every kind has the same mean position,
-// so a steady drift of the machine's speed falls on each kind alike and cancels out of the comparison.
-// It does not balance what each run follows: 1 % follows 100 % twice and off never does, and a run right
-// after a 100 % one was measured slower (bench/REPORT.md of 2026-12-05), which biases the 1 % share down;
-// the earlier order (off, 100 %, 1 %, off, 100 %, 1 %, off) put every 1 % run after a 100 % one. The
-// spread of one kind's runs shows how far a single run can be trusted.
-var tracingConfigs = counterbalanced(2, []tracingKind{
-	{"off", kindOff, nil},
-	{"1 % parent-based", kindRatio, ratioEnv},
-	{"100 % (always_on)", kindFull, fullEnv},
-})
+// tracingConfigs are the configurations compared, in the order they run: off, 1 %, 100 %, off, 100 %,
+// 1 %, twice, and off once more — thirteen runs, off five times and each tracing kind four. On a shared
+// virtual machine two identical 10 s loops differ by tens of per cent, so the order is balanced two
+// ways. Every kind has the same mean position (6), so a steady drift of the machine's speed falls on
+// each kind alike and cancels out of the comparison. And it is balanced for carry-over: every kind
+// follows each other kind exactly twice and never itself, so what a run leaves behind for the next
+// (a run right after a 100 % one was measured slower, bench/REPORT.md of 2026-12-05) falls on every
+// kind alike too. The earlier orders did not: off, 1 %, 100 %, 100 %, 1 %, off put 1 % after 100 % twice
+// and off never, and off, 100 %, 1 %, … put every 1 % run after a 100 % one. The spread of one kind's
+// runs shows how far a single run can be trusted.
+var tracingConfigs = carryoverBalanced(2,
+	tracingKind{"off", kindOff, nil},
+	tracingKind{"1 % parent-based", kindRatio, ratioEnv},
+	tracingKind{"100 % (always_on)", kindFull, fullEnv})
 
 // tracingKind is one tracing configuration.
 type tracingKind struct {
@@ -104,9 +105,10 @@ type tracingKind struct {
 	env  []string // with the discard collector's endpoint added when not empty
 }
 
-// counterbalanced returns rounds × (kinds in order, then in reverse), each run named with its kind's
-// count: "off (1)", "1 % parent-based (1)", …
-func counterbalanced(rounds int, kinds []tracingKind) []tracingKind {
+// carryoverBalanced returns rounds × (base, a, b, base, b, a), then base: each of the three kinds
+// follows each other kind rounds times and never itself, and each kind's mean position is 3 × rounds.
+// Each run is named with its kind's count: "off (1)", "1 % parent-based (1)", …
+func carryoverBalanced(rounds int, base, a, b tracingKind) []tracingKind {
 	var out []tracingKind
 	seen := map[string]int{}
 	add := func(k tracingKind) {
@@ -115,13 +117,11 @@ func counterbalanced(rounds int, kinds []tracingKind) []tracingKind {
 		out = append(out, k)
 	}
 	for range rounds {
-		for _, k := range kinds {
+		for _, k := range []tracingKind{base, a, b, base, b, a} {
 			add(k)
 		}
-		for i := len(kinds) - 1; i >= 0; i-- {
-			add(kinds[i])
-		}
 	}
+	add(base)
 	return out
 }
 

@@ -70,9 +70,9 @@ func TestThroughputVsOff(t *testing.T) {
 	if _, ok := s.ThroughputVsOff(2); ok {
 		t.Fatal("a run not made is measured")
 	}
-	// With the next tracing-off run (off, 1 %, 100 %, 100 %, 1 %, off), the comparison is with the mean of both.
+	// With the next tracing-off run (off, 1 %, 100 %, off, 100 %, 1 %), the comparison is with the mean of both.
 	rate := func(r float64) TracingRun { return TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: r}} }
-	s.Runs = append(s.Runs, rate(190), rate(150), rate(150), rate(180))
+	s.Runs = append(s.Runs, rate(190), rate(180), rate(150), rate(150))
 	if p, ok := s.ThroughputVsOff(2); !ok || p != 100 {
 		t.Fatalf("ThroughputVsOff(2) against off 200 and 180 = %v, %v", p, ok)
 	}
@@ -94,9 +94,9 @@ func TestCPUVsOff(t *testing.T) {
 	if p, ok := s.CPUVsOff(1); !ok || !near(p, 130) {
 		t.Fatalf("CPUVsOff(1) = %v, %v, want 130 %%", p, ok)
 	}
-	// With the next tracing-off run (0.12 ms; off, 1 %, 100 %, 100 %, 1 %, off), the comparison is with
+	// With the next tracing-off run (0.12 ms; off, 1 %, 100 %, off, 100 %, 1 %), the comparison is with
 	// the mean of both off runs, 0.11 ms.
-	s.Runs = append(s.Runs, run(10_000, 1.1), run(10_000, 1.5), run(10_000, 1.0), run(10_000, 1.2))
+	s.Runs = append(s.Runs, run(10_000, 1.1), run(10_000, 1.2), run(10_000, 1.5), run(10_000, 1.0))
 	if p, ok := s.CPUVsOff(2); !ok || !near(p, 100) {
 		t.Fatalf("CPUVsOff(2) against off 0.10 and 0.12 ms = %v, %v, want 100 %%", p, ok)
 	}
@@ -107,7 +107,7 @@ func TestCPUVsOff(t *testing.T) {
 	if _, ok := s.CPUVsOff(6); ok {
 		t.Fatal("a run not made is compared")
 	}
-	s.Runs[0].ServiceCPUMeasured, s.Runs[5].ServiceCPUMeasured = false, false
+	s.Runs[0].ServiceCPUMeasured, s.Runs[3].ServiceCPUMeasured = false, false
 	if _, ok := s.CPUVsOff(1); ok {
 		t.Fatal("compared with no tracing-off CPU")
 	}
@@ -119,12 +119,12 @@ func TestKindVsOff(t *testing.T) {
 	run := func(rate, cpu float64) TracingRun {
 		return TracingRun{Peak: PhaseSummary{OK: 10_000, RatePerSecond: rate}, ServiceCPUMeasured: true, ServiceCPUSeconds: cpu}
 	}
-	// off, 1 %, 100 %, 100 %, 1 %, off, …
+	// off, 1 %, 100 %, off, 100 %, 1 %, …
 	s := TracingSummary{Measured: true, Runs: []TracingRun{run(200, 1), run(185, 1.0), run(150, 1.8)}}
 	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || p != 75 || rate != 150 || n != 1 {
 		t.Fatalf("after one run of each: KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 75 %%, 150/s, 1", p, rate, n, ok)
 	}
-	s.Runs = append(s.Runs, run(170, 2.2), run(195, 1.2), run(180, 1.2))
+	s.Runs = append(s.Runs, run(180, 1.2), run(170, 2.2), run(195, 1.2))
 	if p, rate, n, ok := s.KindVsOff(kindFull); !ok || !near(p, 100*160.0/190) || rate != 160 || n != 2 {
 		t.Fatalf("KindVsOff(full) = %v %%, %v/s, %d runs, %v; want 84.2 %%, 160/s, 2", p, rate, n, ok)
 	}
@@ -144,22 +144,40 @@ func TestKindVsOff(t *testing.T) {
 	}
 }
 
-// The tracing runs are counterbalanced: each kind runs as often as the others and at the same mean
-// position, so a steady drift of the machine's speed cancels out of every comparison.
-func TestTracingConfigsCounterbalanced(t *testing.T) {
+// The tracing runs are balanced: each tracing kind runs as often as the other, off begins (the cold
+// start) and ends, every kind has the same mean position (a steady drift of the machine's speed cancels
+// out of every comparison), and every kind follows each other kind equally often and never itself (what a
+// run leaves behind for the next falls on all alike).
+func TestTracingConfigsBalanced(t *testing.T) {
 	pos, n := map[string]int{}, map[string]int{}
+	follows := map[[2]string]int{}
 	for i, c := range tracingConfigs {
 		pos[c.kind] += i
 		n[c.kind]++
+		if i > 0 {
+			follows[[2]string{tracingConfigs[i-1].kind, c.kind}]++
+		}
 	}
-	if len(n) != 3 || n[kindOff] != n[kindFull] || n[kindOff] != n[kindRatio] || tracingConfigs[0].kind != kindOff {
-		t.Fatalf("runs per kind %v (want equal; the first, the cold start, off)", n)
+	last := len(tracingConfigs) - 1
+	if len(n) != 3 || n[kindFull] != n[kindRatio] || tracingConfigs[0].kind != kindOff || tracingConfigs[last].kind != kindOff {
+		t.Fatalf("runs per kind %v (want 1 %% as often as 100 %%; the first, the cold start, and the last off)", n)
 	}
-	if pos[kindOff] != pos[kindFull] || pos[kindOff] != pos[kindRatio] {
-		t.Fatalf("summed positions per kind %v, want equal", pos)
+	for k := range n {
+		// Equal mean positions: pos[k]/n[k] the same for every kind.
+		if pos[k]*n[kindOff] != pos[kindOff]*n[k] {
+			t.Fatalf("mean positions differ: summed %v over %v runs", pos, n)
+		}
 	}
-	if tracingConfigs[0].name != "off (1)" || tracingConfigs[len(tracingConfigs)-1].name != "off (4)" {
-		t.Fatalf("names %q … %q", tracingConfigs[0].name, tracingConfigs[len(tracingConfigs)-1].name)
+	kinds := []string{kindOff, kindRatio, kindFull}
+	for _, a := range kinds {
+		for _, b := range kinds {
+			if want := follows[[2]string{kindOff, kindRatio}]; (a == b && follows[[2]string{a, b}] != 0) || (a != b && follows[[2]string{a, b}] != want) {
+				t.Fatalf("%s follows %s %d times; kinds follow one another %v", b, a, follows[[2]string{a, b}], follows)
+			}
+		}
+	}
+	if tracingConfigs[0].name != "off (1)" || tracingConfigs[last].name != "off (5)" {
+		t.Fatalf("names %q … %q", tracingConfigs[0].name, tracingConfigs[last].name)
 	}
 }
 
