@@ -100,6 +100,35 @@ func TestStampTableSignalsFullOncePerTake(t *testing.T) {
 	}
 }
 
+// A take takes at most maxBatch stamps; the rest wait for the next take, and every server's stamp is
+// taken once.
+func TestStampTableTakesAtMostMaxBatch(t *testing.T) {
+	table := newStampTable(3)
+	want := map[uuid.UUID]bool{}
+	for i := range 7 {
+		id := uuid.New()
+		want[id] = true
+		table.put(stampAt(id, i), carrier{})
+	}
+	got := map[uuid.UUID]int{}
+	var sizes []int
+	for table.len() > 0 && len(sizes) < 10 {
+		batch, _ := table.take(nil)
+		sizes = append(sizes, len(batch))
+		for _, st := range batch {
+			got[st.ServerID]++
+		}
+	}
+	if len(sizes) != 3 || sizes[0] != 3 || sizes[1] != 3 || sizes[2] != 1 {
+		t.Fatalf("takes of %v stamps, want 3, 3, 1", sizes)
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Fatalf("server %v taken %d times, want once", id, got[id])
+		}
+	}
+}
+
 // gatedStamps is a stamp store whose flushes wait for release, each reporting its batch on flushed.
 type gatedStamps struct {
 	flushed chan []persistence.Stamp
@@ -113,7 +142,8 @@ func (g *gatedStamps) StampHeartbeatsFenced(_ context.Context, stamps []persiste
 }
 
 // A table that fills while a flush is in flight is flushed as soon as that flush ends, not at the next
-// tick: the full signal it sent meanwhile found the stamper busy. (No tick runs in this test.)
+// tick: the full signal it sent meanwhile found the stamper busy. A backlog of more than maxBatch is
+// written as flushes of maxBatch, one right after the other. (No tick runs in this test.)
 func TestStamperFlushesATableThatFilledDuringAFlush(t *testing.T) {
 	store := &gatedStamps{flushed: make(chan []persistence.Stamp, 4), release: make(chan struct{})}
 	table := newStampTable(3)
@@ -144,10 +174,15 @@ func TestStamperFlushesATableThatFilledDuringAFlush(t *testing.T) {
 	if n := len(next()); n != 3 {
 		t.Fatalf("first flush of %d stamps, want 3", n)
 	}
-	fill(3) // the table fills while the first flush is in flight
+	fill(3) // the table fills twice over while the first flush is in flight
+	fill(6)
 	store.release <- struct{}{}
 	if n := len(next()); n != 3 {
-		t.Errorf("second flush of %d stamps, want the 3 that waited", n)
+		t.Errorf("second flush of %d stamps, want 3 of the 6 that waited (at most maxBatch a flush)", n)
+	}
+	store.release <- struct{}{}
+	if n := len(next()); n != 3 {
+		t.Errorf("third flush of %d stamps, want the 3 still waiting, flushed as soon as the second ended", n)
 	}
 	store.release <- struct{}{}
 }
