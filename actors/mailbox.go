@@ -156,8 +156,8 @@ func (m *mailbox) run() (idle bool) {
 
 // messageQueue is a FIFO of messages in a slice: pop advances head, and the slice's room is reused
 // once it is empty, or compacted by push when the consumed head is at least half of it, so a queue
-// that never drains (the fleet actor's under a registration flood) still holds at most twice its
-// backlog. Not safe for concurrent use (the mailbox's mutex guards it).
+// that never drains (the fleet actor's under a registration flood) holds room for at most four times
+// its backlog (it grows only when more than half of it is backlog). Not safe for concurrent use (the mailbox's mutex guards it).
 type messageQueue struct {
 	items []any
 	head  int

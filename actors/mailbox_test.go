@@ -156,7 +156,7 @@ func TestMailboxEscalatesAPanic(t *testing.T) {
 	inv.want(t, "boom", "after")
 }
 
-// A queue that never drains holds at most about twice its backlog, in order; an emptied queue keeps
+// A queue that never drains holds room for at most four times its backlog, in order; an emptied queue keeps
 // only the room it is allowed.
 func TestMessageQueue(t *testing.T) {
 	var q messageQueue
