@@ -99,20 +99,13 @@ func (t *stampTable) take(batch []persistence.Stamp) ([]persistence.Stamp, batch
 	defer t.mu.Unlock()
 	n := min(len(t.pending), t.maxBatch)
 	batch = slices.Grow(batch, n)
-	if n == len(t.pending) {
-		for _, st := range t.pending {
-			batch = append(batch, st)
+	for id, st := range t.pending { // deleting keeps the map's room for the next window's stamps
+		if n == 0 {
+			break
 		}
-		clear(t.pending) // the map keeps its room for the next window's stamps
-	} else {
-		for id, st := range t.pending {
-			if n == 0 {
-				break
-			}
-			batch = append(batch, st)
-			delete(t.pending, id)
-			n--
-		}
+		batch = append(batch, st)
+		delete(t.pending, id)
+		n--
 	}
 	links := t.links
 	t.links, t.signaled = batchLinks{}, false
