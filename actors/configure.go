@@ -88,7 +88,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 		ctx.Respond(&configureReply{err: fmt.Errorf("%w: server id in use", ErrUnavailable)})
 		return
 	}
-	f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
+	f.add(ctx, newServerRecord(id, key), false)
 	pid := f.child(ctx, id)
 	if pid == nil {
 		// Forget it now: nobody else would ever register this record, and a retry brings a new id.
@@ -115,14 +115,14 @@ func (a *serverActor) configure(ctx actor.Context, msg *configureMsg) {
 
 func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *actor.PID) {
 	if a.rec.life.Registered() {
-		ctx.Send(sender, &configureReply{err: &ExistsError{ServerID: a.rec.id}})
+		ctx.Send(sender, &configureReply{err: &ExistsError{ServerID: a.rec.id()}})
 		return
 	}
 	now, stall := a.deps.clock.Now(), a.deps.stall.Total() // the evidence, and the stall at it
 	_, span := a.deps.tracer.Start(msg.req.Trace.Context(), "server.configure", trace.WithAttributes(a.attrs()...))
 	carrier := telemetry.Carrier{SpanContext: span.SpanContext()}
 	cmd := &persistence.ConfigureCmd{
-		EventID: uuid.New(), ServerID: a.rec.id, TenantID: a.rec.tenantID, ModuleName: msg.req.ModuleName,
+		EventID: uuid.New(), ServerID: a.rec.id(), TenantID: a.rec.tenantID(), ModuleName: msg.req.ModuleName,
 		Version: msg.req.Version, Config: msg.req.Config, TraceID: carrier.TraceID(), At: now.UTC(),
 		ChangeID: uuid.New(), By: persistence.ByKey(msg.req.By),
 	}
@@ -134,7 +134,7 @@ func (a *serverActor) doConfigure(ctx actor.Context, msg *configureMsg, sender *
 			}
 			ctx.Send(sender, &configureReply{err: mapWriteErr(err)})
 			if !a.rec.life.Registered() {
-				a.retire(ctx, &removeServer{serverID: a.rec.id, key: a.rec.key})
+				a.retire(ctx, &removeServer{serverID: a.rec.id(), key: a.rec.key()})
 			}
 			return
 		}

@@ -42,7 +42,7 @@ func (f *Fleet) Contact(ctx context.Context, tenantID, serverID uuid.UUID, trc t
 func (a *serverActor) receiveContact(ctx actor.Context, msg *contactMsg) {
 	sender := ctx.Sender()
 	now := a.deps.clock.Now()
-	if msg.tenantID != a.rec.tenantID || !a.rec.life.Registered() {
+	if msg.tenantID != a.rec.tenantID() || !a.rec.life.Registered() {
 		ctx.Send(sender, &contactReply{err: ErrNotFound})
 		return
 	}

@@ -144,5 +144,5 @@ func (a *serverActor) arm(ctx actor.Context) {
 		}
 	}
 	a.armed = at
-	ctx.Send(ctx.Parent(), &armMsg{id: a.rec.id, at: at})
+	ctx.Send(ctx.Parent(), &armMsg{id: a.rec.id(), at: at})
 }

@@ -187,7 +187,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
-		known := ok && e.rec.tenantID == msg.tenantID
+		known := ok && e.rec.tenantID() == msg.tenantID
 		ctx.Respond(&lookupReply{known: known, woke: known && f.wake(ctx, msg.serverID, e)})
 	case *armMsg:
 		f.arm(msg)
@@ -253,7 +253,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 // actor has it, and never again.
 func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) {
 	f.enter(rec, registered)
-	f.spawn(ctx, rec.id)
+	f.spawn(ctx, rec.id())
 }
 
 // enter takes a new server into the fleet's maps, without an actor, and returns its entry.
@@ -262,15 +262,15 @@ func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) 
 func (f *fleetActor) restore(rec *serverRecord, arm *armLoaded) {
 	rec.life = lifecycle.Restore(rec.row.Status, arm.at, arm.stall)
 	if due, ok := rec.life.Due(f.deps.life); ok {
-		f.arm(&armMsg{id: rec.id, at: due.UnixNano()})
+		f.arm(&armMsg{id: rec.id(), at: due.UnixNano()})
 	}
 }
 
 func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
 	e := &fleetEntry{registered: registered, rec: rec}
-	f.entries[rec.id] = e
-	f.byModule[rec.key] = rec.id
-	f.tenants[rec.tenantID]++
+	f.entries[rec.id()] = e
+	f.byModule[rec.key()] = rec.id()
+	f.tenants[rec.tenantID()]++
 	if registered {
 		f.deps.count.Add(1)
 	}
@@ -294,7 +294,7 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 			return
 		}
 		id = newServerID(key)
-		f.add(ctx, &serverRecord{id: id, tenantID: key.tenantID, key: key}, false)
+		f.add(ctx, newServerRecord(id, key), false)
 	}
 	pid := f.child(ctx, id)
 	setServerAttrs(span, key.tenantID, id, key.moduleName)
@@ -314,7 +314,7 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 	if e, ok := f.entries[msg.serverID]; ok && !e.registered {
 		delete(f.entries, msg.serverID)
 		f.deps.pids.forget(msg.serverID)
-		f.tenants[e.rec.tenantID]--
+		f.tenants[e.rec.tenantID()]--
 		if f.byModule[msg.key] == msg.serverID {
 			delete(f.byModule, msg.key)
 		}

@@ -229,9 +229,9 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 			// (a running actor leaves it on handOff).
 			f.deps.metrics.ServerStatus(e.rec.row.Status, "")
 		}
-		f.tenants[e.rec.tenantID]--
-		if f.byModule[e.rec.key] == id {
-			delete(f.byModule, e.rec.key)
+		f.tenants[e.rec.tenantID()]--
+		if f.byModule[e.rec.key()] == id {
+			delete(f.byModule, e.rec.key())
 		}
 		if e.pid != nil {
 			f.removing[id] = true

@@ -393,7 +393,6 @@ const loadChunk = 10000
 // newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
 func newLoadedRecord(s persistence.Server) *serverRecord {
 	return &serverRecord{
-		id: s.ServerID, tenantID: s.TenantID, key: moduleKey{tenantID: s.TenantID, moduleName: s.ModuleName},
 		row:               slim(s),
 		registrationTrace: linkFromTraceID(s.TraceID),
 	}

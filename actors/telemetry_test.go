@@ -22,8 +22,8 @@ func spanTestActor(tp trace.TracerProvider) *serverActor {
 			TraceID: trace.TraceID{b, 1}, SpanID: trace.SpanID{b, 2}, TraceFlags: trace.FlagsSampled, Remote: true})}
 	}
 	tenant := uuid.New()
-	rec := &serverRecord{id: uuid.New(), tenantID: tenant, key: moduleKey{tenantID: tenant, moduleName: "weather"},
-		registrationTrace: linkOf(sc(1)), lastHeartbeatTrace: linkOf(sc(2))}
+	rec := newServerRecord(uuid.New(), moduleKey{tenantID: tenant, moduleName: "weather"})
+	rec.registrationTrace, rec.lastHeartbeatTrace = linkOf(sc(1)), linkOf(sc(2))
 	return &serverActor{rec: rec, deps: &serverDeps{tracer: tp.Tracer("test")}}
 }
 
@@ -45,7 +45,7 @@ func TestTransitionSpanAttributesOnlyWhenRecorded(t *testing.T) {
 	for _, kv := range s.Attributes() {
 		got[kv.Key] = kv.Value
 	}
-	for k, want := range map[attribute.Key]string{"mcpfleet.server_id": a.rec.id.String(), "mcpfleet.tenant_id": a.rec.tenantID.String(),
+	for k, want := range map[attribute.Key]string{"mcpfleet.server_id": a.rec.id().String(), "mcpfleet.tenant_id": a.rec.tenantID().String(),
 		"mcpfleet.module_name": "weather", "mcpfleet.status.from": "healthy", "mcpfleet.status.to": "unhealthy"} {
 		if got[k].AsString() != want {
 			t.Errorf("%s = %q, want %q", k, got[k].AsString(), want)
