@@ -31,8 +31,8 @@ import (
 // row, and kept by every later write of row (adopt): the record holds each id once, as it is held
 // 100,000 times and more (memory_test.go).
 type serverRecord struct {
-	life lifecycle.Server   // the health state machine: status, evidence, pending transition, flaps
-	row  persistence.Server // the committed view of the row, for answers (row.Status == life.Status())
+	life lifecycle.Server // the health state machine: status, evidence, pending transition, flaps
+	row  serverRow        // the committed view of the row, for answers (row.status == life.Status())
 
 	registrationTrace  link
 	lastHeartbeatTrace link
@@ -41,13 +41,90 @@ type serverRecord struct {
 // newServerRecord is the record of a server the fleet starts (registration, configuration): nothing
 // committed yet but its identity.
 func newServerRecord(id uuid.UUID, key moduleKey) *serverRecord {
-	return &serverRecord{row: persistence.Server{ServerID: id, TenantID: key.tenantID, ModuleName: key.moduleName}}
+	return &serverRecord{row: serverRow{serverID: id, tenantID: key.tenantID, moduleName: key.moduleName}}
 }
 
-func (r *serverRecord) id() uuid.UUID       { return r.row.ServerID }
-func (r *serverRecord) tenantID() uuid.UUID { return r.row.TenantID }
+func (r *serverRecord) id() uuid.UUID       { return r.row.serverID }
+func (r *serverRecord) tenantID() uuid.UUID { return r.row.tenantID }
 func (r *serverRecord) key() moduleKey {
-	return moduleKey{tenantID: r.row.TenantID, moduleName: r.row.ModuleName}
+	return moduleKey{tenantID: r.row.tenantID, moduleName: r.row.moduleName}
+}
+
+// serverRow is what a record keeps of its server's committed row, for answers: persistence.Server
+// (200 bytes and up to three allocations of its own) in 136 bytes and none — without the capability
+// advertisement (kilobytes; an answer that carries it takes it from its commit), with the status as
+// its code (statusCodes), the trace id as its 16 bytes and the times as Unix nanoseconds in UTC (0:
+// none; every answer writes them in UTC). server gives the row back: equal to the one it was made
+// from but for those.
+type serverRow struct {
+	serverID, tenantID  uuid.UUID
+	moduleName, version string
+	protocols           []string
+	traceID             trace.TraceID
+	lastHeartbeat       int64 // Unix ns; 0: none
+	registered          int64 // Unix ns; 0: none
+	deregistered        int64 // Unix ns; 0: not deregistered
+	status              uint8 // statusCodes' index
+}
+
+// statusCodes are the statuses a row can have ("": not yet committed), by code. The table's CHECK
+// allows no other; a status outside it would be kept as "".
+var statusCodes = [...]health.Status{"", health.Healthy, health.Degraded, health.Unhealthy, health.Deregistered}
+
+func statusCode(s health.Status) uint8 {
+	for i, c := range statusCodes {
+		if c == s {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func rowOf(s persistence.Server) serverRow {
+	r := serverRow{
+		serverID: s.ServerID, tenantID: s.TenantID, moduleName: s.ModuleName, version: s.Version,
+		protocols: s.SupportedProtocols, status: statusCode(s.Status),
+		lastHeartbeat: unixNano(s.LastHeartbeatAt), registered: unixNano(s.RegisteredAt),
+	}
+	if s.DeregisteredAt != nil {
+		r.deregistered = unixNano(*s.DeregisteredAt)
+	}
+	r.traceID, _ = trace.TraceIDFromHex(s.TraceID) // "" (none): the zero id, which server gives back as ""
+	return r
+}
+
+func (r *serverRow) server() persistence.Server {
+	s := persistence.Server{
+		ServerID: r.serverID, TenantID: r.tenantID, ModuleName: r.moduleName, Version: r.version,
+		SupportedProtocols: r.protocols, Status: r.statusOf(),
+		LastHeartbeatAt: fromUnixNano(r.lastHeartbeat), RegisteredAt: fromUnixNano(r.registered),
+	}
+	if r.deregistered != 0 {
+		at := fromUnixNano(r.deregistered)
+		s.DeregisteredAt = &at
+	}
+	if r.traceID.IsValid() {
+		s.TraceID = r.traceID.String()
+	}
+	return s
+}
+
+func (r *serverRow) statusOf() health.Status { return statusCodes[r.status] }
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromUnixNano is unixNano's inverse, in UTC.
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
 }
 
 // serverDeps is what every server actor needs.
@@ -148,8 +225,8 @@ func (a *serverActor) Receive(ctx actor.Context) {
 	case *handOff:
 		// Another node owns the server now: finish what is in flight, then stop.
 		a.run(ctx, func(ctx actor.Context) {
-			if a.rec.row.Status != "" {
-				a.deps.metrics.ServerStatus(a.rec.row.Status, "")
+			if st := a.rec.row.statusOf(); st != "" {
+				a.deps.metrics.ServerStatus(st, "")
 			}
 			ctx.Poison(ctx.Self())
 		}, func(actor.Context) {})
@@ -328,11 +405,11 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 					ctx.Send(sender, &registerReply{err: fmt.Errorf("%w: module registered under another id", ErrUnavailable)})
 					return
 				}
-				row := slim(cmd.Server)
+				row := cmd.Server
 				a.retire(ctx, &removeServer{serverID: a.rec.id(), key: a.rec.key(), row: &row, created: cmd.Created, reply: sender})
 				return
 			}
-			from := a.rec.row.Status
+			from := a.rec.row.statusOf()
 			if !a.rec.life.Registered() {
 				from = ""
 			}
@@ -350,7 +427,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 	a.heldEvidence(ctx)
 	setServerAttrs(hb, rec.tenantID(), rec.id(), rec.key().moduleName)
 	if hb.IsRecording() {
-		hb.SetAttributes(statusAttr[rec.row.Status])
+		hb.SetAttributes(statusAttr[rec.row.statusOf()])
 	}
 	t, err := rec.life.Recover(a.deps.life, now)
 	if err != nil {
@@ -362,8 +439,8 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 	rec.lastHeartbeatTrace = linkOf(hbc)
 	wall := now.UTC()
 	if t == nil { // healthy: the stamp is coalesced, the answer does not wait on PostgreSQL
-		if wall.After(rec.row.LastHeartbeatAt) {
-			rec.row.LastHeartbeatAt = wall
+		if n := wall.UnixNano(); n > rec.row.lastHeartbeat {
+			rec.row.lastHeartbeat = n
 		}
 		if fence, held := a.deps.own.fence(rec.id()); held { // not held: the actor is being stopped (shardFenced)
 			if a.deps.stamps.put(persistence.Stamp{TenantID: rec.tenantID(), ServerID: rec.id(), At: wall, Fence: fence}, hbc) {
@@ -389,7 +466,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 			return
 		}
 		a.applyTransition(ctx, t, cmd)
-		rec.row.LastHeartbeatAt = wall
+		rec.row.lastHeartbeat = wall.UnixNano()
 		msg.answer(heartbeatReply{res: HeartbeatResult{ServerID: rec.id(), Status: health.Healthy, LastHeartbeatAt: wall}})
 	})
 }
@@ -399,7 +476,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 	now := a.deps.clock.Now()
 	t := rec.life.Deregister(a.deps.life, now)
 	if t == nil {
-		ctx.Send(sender, &deregisterReply{server: rec.row}) // idempotent
+		ctx.Send(sender, &deregisterReply{server: rec.row.server()}) // idempotent
 		return
 	}
 	span := a.startStatusSpan(msg.trace.Context(), "server.deregister", t.From, t.To)
@@ -413,7 +490,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 			return
 		}
 		a.applyTransition(ctx, t, cmd)
-		row := rec.row // the record's is slim; the answer carries what the commit returned
+		row := rec.row.server() // the record's has no advertisement; the answer carries what the commit returned
 		row.CapabilityAdvertisement = cmd.Advertisement
 		ctx.Send(sender, &deregisterReply{server: row})
 	})
@@ -498,8 +575,8 @@ var alertKinds = map[lifecycle.Alert]string{
 func (a *serverActor) transitionCmd(t *lifecycle.Transition) *persistence.TransitionCmd {
 	rec := a.rec
 	return &persistence.TransitionCmd{
-		EventID: t.EventID, TenantID: rec.tenantID(), ServerID: rec.id(), ModuleName: rec.row.ModuleName,
-		Version: rec.row.Version, From: t.From, To: t.To, TraceID: t.TraceID, At: t.At.UTC(),
+		EventID: t.EventID, TenantID: rec.tenantID(), ServerID: rec.id(), ModuleName: rec.row.moduleName,
+		Version: rec.row.version, From: t.From, To: t.To, TraceID: t.TraceID, At: t.At.UTC(),
 		LastEvidence: t.EvidenceWall(), AlertKind: alertKinds[t.Alert], FlapCount: t.FlapCount, Skills: cascadeOf(t),
 	}
 }
@@ -508,15 +585,14 @@ func (a *serverActor) transitionCmd(t *lifecycle.Transition) *persistence.Transi
 // metrics follow, and the fleet gets the new status's deadline bound before the caller is answered.
 func (a *serverActor) applyTransition(ctx actor.Context, t *lifecycle.Transition, cmd *persistence.TransitionCmd) {
 	rec := a.rec
-	a.deps.metrics.ServerStatus(rec.row.Status, t.To)
+	a.deps.metrics.ServerStatus(rec.row.statusOf(), t.To)
 	a.deps.metrics.Transition(context.Background(), t.From, t.To)
 	if rec.life.Committed(a.deps.life, t) {
 		a.deps.log.WarnContext(telemetry.EventCarrier(cmd.TraceID, cmd.EventID).Context(), "server is flapping: one alert for the episode", "server_id", rec.id(), "transitions", t.FlapCount)
 	}
-	rec.row.Status = t.To
+	rec.row.status = statusCode(t.To)
 	if t.To == health.Deregistered {
-		at := cmd.At
-		rec.row.DeregisteredAt = &at
+		rec.row.deregistered = unixNano(cmd.At)
 	}
 	a.arm(ctx)
 }
@@ -546,7 +622,11 @@ func (a *serverActor) heldEvidence(ctx actor.Context) {
 // first one tells the fleet, which keeps its own view of who is registered.
 func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.Time, stall time.Duration, carrier telemetry.Carrier) {
 	first := !a.rec.life.Registered()
-	a.rec.row = slim(row) // this server's row: its identity is the record's (doRegister checked the id)
+	// This server's row (doRegister checked the id): the same identity as the record's, whose module
+	// name is kept — the string the request brought, which the API's owner cache holds too — rather
+	// than the commit's copy of it.
+	row.ModuleName = a.rec.row.moduleName
+	a.rec.row = rowOf(row)
 	a.rec.life.Adopt(row.Status, now, stall)
 	a.rec.registrationTrace = linkOf(carrier)
 	a.rec.lastHeartbeatTrace = a.rec.registrationTrace
@@ -554,13 +634,6 @@ func (a *serverActor) adopt(ctx actor.Context, row persistence.Server, now time.
 	if first {
 		ctx.Send(ctx.Parent(), &serverRegistered{serverID: a.rec.id()})
 	}
-}
-
-// slim drops what the actor never needs from a row it keeps for the life of the server (the capability
-// advertisement can be kilobytes; 100,000 servers are held in memory).
-func slim(s persistence.Server) persistence.Server {
-	s.CapabilityAdvertisement = nil
-	return s
 }
 
 // cascadeOf returns the skill availability t leaves its server's skills at. Every transition states it,

@@ -185,7 +185,7 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 		}
 	}
 	for _, r := range all {
-		f.metrics.ServerStatus("", r.row.Status)
+		f.metrics.ServerStatus("", r.row.statusOf())
 	}
 	// Grace runs from the moment this node took the shard, and so does the stall: the monitor's stall
 	// before it (a pause, a partition) must not extend the deadline of a server it did not run then.
@@ -224,10 +224,10 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		}
 		delete(f.entries, id)
 		f.deps.pids.forget(id)
-		if e.dormant && e.rec.row.Status != "" {
+		if st := e.rec.row.statusOf(); e.dormant && st != "" {
 			// No actor ever had the record: it is the fleet's alone, and so is leaving the servers gauge
 			// (a running actor leaves it on handOff).
-			f.deps.metrics.ServerStatus(e.rec.row.Status, "")
+			f.deps.metrics.ServerStatus(st, "")
 		}
 		f.tenants[e.rec.tenantID()]--
 		if f.byModule[e.rec.key()] == id {

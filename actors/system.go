@@ -363,7 +363,7 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	for _, t := range tenants {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
 			r := newLoadedRecord(s)
-			f.metrics.ServerStatus("", r.row.Status)
+			f.metrics.ServerStatus("", r.row.statusOf())
 			if chunk = append(chunk, r); len(chunk) == loadChunk {
 				f.system.Root.Send(f.fleet, &loadMsg{records: chunk})
 				chunk = make([]*serverRecord, 0, loadChunk)
@@ -393,7 +393,7 @@ const loadChunk = 10000
 // newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
 func newLoadedRecord(s persistence.Server) *serverRecord {
 	return &serverRecord{
-		row:               slim(s),
+		row:               rowOf(s),
 		registrationTrace: linkFromTraceID(s.TraceID),
 	}
 }
