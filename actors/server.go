@@ -27,9 +27,10 @@ import (
 // fleet reads it (its fleetEntry does not copy it) and keeps what changes (registered) in its
 // fleetEntry, told by message.
 //
-// The identity lives in row (ServerID, TenantID, ModuleName), set by newServerRecord or from the loaded
-// row, and kept by every later write of row (adopt): the record holds each id once, as it is held
-// 100,000 times and more (memory_test.go).
+// The identity lives in row (serverID, tenantID, moduleName), set by newServerRecord or from the loaded
+// row; a later row is always this server's (adopt: doRegister checked the id, (tenant_id, module_name)
+// is unique), and adopt keeps the record's module name string. The record holds each id once: it is
+// held 100,000 times and more (memory_test.go).
 type serverRecord struct {
 	life lifecycle.Server // the health state machine: status, evidence, pending transition, flaps
 	row  serverRow        // the committed view of the row, for answers (row.status == life.Status())
@@ -50,12 +51,13 @@ func (r *serverRecord) key() moduleKey {
 	return moduleKey{tenantID: r.row.tenantID, moduleName: r.row.moduleName}
 }
 
-// serverRow is what a record keeps of its server's committed row, for answers: persistence.Server
-// (200 bytes and up to three allocations of its own) in 136 bytes and none — without the capability
-// advertisement (kilobytes; an answer that carries it takes it from its commit), with the status as
-// its code (statusCodes), the trace id as its 16 bytes and the times as Unix nanoseconds in UTC (0:
-// none; every answer writes them in UTC). server gives the row back: equal to the one it was made
-// from but for those.
+// serverRow is what a record keeps of its server's committed row, for answers: persistence.Server's
+// 200 bytes in 136 — without the capability advertisement (kilobytes; an answer that carries it takes
+// it from its commit), with the status as its code (statusCodes), the trace id as its 16 bytes instead
+// of a 32-byte hex string of its own, and the times as Unix nanoseconds (0: none) instead of
+// time.Time's 24 bytes (the deregistration's behind a pointer). server gives the row back: equal to
+// the one it was made from but for the advertisement and the times' location, UTC (every answer
+// writes them in UTC).
 type serverRow struct {
 	serverID, tenantID  uuid.UUID
 	moduleName, version string
