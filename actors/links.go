@@ -27,11 +27,10 @@ func (l link) spanContext() trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: l.traceID, SpanID: l.spanID, TraceFlags: l.flags, Remote: l.remote})
 }
 
-// linkFromTraceID rebuilds a link target from a stored trace id (its span id is unknown: the link
-// names the trace).
-func linkFromTraceID(hexID string) link {
-	tid, err := trace.TraceIDFromHex(hexID)
-	if err != nil {
+// linkToTrace rebuilds a link target from a stored trace id (its span id is unknown: the link names
+// the trace); none for the zero id (no trace stored, or one that did not parse).
+func linkToTrace(tid trace.TraceID) link {
+	if !tid.IsValid() {
 		return link{}
 	}
 	return link{traceID: tid, spanID: trace.SpanID{1}, remote: true}

@@ -427,7 +427,7 @@ func (a *serverActor) doRegister(ctx actor.Context, msg *registerMsg, sender *ac
 func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.Time, hb trace.Span) {
 	rec := a.rec
 	a.heldEvidence(ctx)
-	setServerAttrs(hb, rec.tenantID(), rec.id(), rec.key().moduleName)
+	setServerAttrs(hb, rec.tenantID(), rec.id(), rec.row.moduleName)
 	if hb.IsRecording() {
 		hb.SetAttributes(statusAttr[rec.row.statusOf()])
 	}

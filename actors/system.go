@@ -392,10 +392,9 @@ const loadChunk = 10000
 
 // newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
 func newLoadedRecord(s persistence.Server) *serverRecord {
-	return &serverRecord{
-		row:               rowOf(s),
-		registrationTrace: linkFromTraceID(s.TraceID),
-	}
+	r := &serverRecord{row: rowOf(s)}
+	r.registrationTrace = linkToTrace(r.row.traceID) // the row's trace id, parsed once
+	return r
 }
 
 // sendLoad hands loaded records to the fleet actor, in chunks, each restored as arm says and armed as
