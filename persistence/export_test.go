@@ -94,3 +94,30 @@ func (p *PlanProbe) Queue(b *pgx.Batch) {
 func (p *PlanProbe) Read(br pgx.BatchResults) error {
 	return br.QueryRow().Scan(&p.Mode, &p.Generic, &p.Custom)
 }
+
+// BatchInsertServer runs one transaction of inTenantBatch on db: a step of tenant that inserts a server
+// named module, then queues extra (if not empty) and reads its result, then refuses the transaction with
+// refusal (nil: it commits).
+func BatchInsertServer(ctx context.Context, db *pgxpool.Pool, tenant uuid.UUID, module, extra string, refusal error) error {
+	return inTenantBatch(ctx, db, []tenantStep{{
+		tenant: tenant,
+		queue: func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO mcp_servers (server_id, tenant_id, module_name, version, supported_protocols, status, last_heartbeat_at, registered_at)
+				VALUES (gen_random_uuid(), $1, $2, '1', '{2025-11-25}', 'healthy', now(), now())`, tenant, module)
+			if extra != "" {
+				b.Queue(extra)
+			}
+		},
+		read: func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			if extra != "" {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return refusal
+		},
+	}})
+}

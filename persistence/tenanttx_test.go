@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -156,5 +158,82 @@ func TestCommitTracesEachCommandUnderItsParent(t *testing.T) {
 	}
 	if a, d := strings.Join(under[spanOf["a"]], ";"), strings.Join(under[spanOf["d"]], ";"); a != d {
 		t.Errorf("a and d, registered together, saw different statements:\n%s\n%s", a, d)
+	}
+}
+
+// A multi-tenant transaction commits only what its reads accepted, and its connection goes back to the
+// pool idle, outside any transaction, whatever refused it: a read after the statements ran or a statement
+// that failed in the batch. On a pool of one connection, the connection that served the refused
+// transactions is the one that serves the next — the pool would have destroyed it, and opened another,
+// had it been released in a transaction.
+func TestTenantBatchRollsBackWhatWasRefused(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(d.db.AppURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		closed := make(chan struct{})
+		go func() { pool.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Error("the pool did not close: a transaction's connection was never released")
+		}
+	})
+	servers := func(module string) int {
+		t.Helper()
+		var n int
+		if err := d.owner.QueryRow(ctx, `SELECT count(*) FROM mcp_servers WHERE module_name = $1`, module).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := persistence.BatchInsertServer(ctx, pool, d.tenant, "first", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if servers("first") != 1 {
+		t.Fatal("the accepted transaction did not commit")
+	}
+	refusal := errors.New("refused by its read")
+	for _, tc := range []struct {
+		module, extra string
+		want          func(error) bool
+	}{
+		{"read-refused", "", func(err error) bool { return errors.Is(err, refusal) }},
+		{"statement-failed", "SELECT 1/0", func(err error) bool {
+			var pgErr *pgconn.PgError
+			return errors.As(err, &pgErr) && pgErr.Code == "22012"
+		}},
+	} {
+		err := persistence.BatchInsertServer(ctx, pool, d.tenant, tc.module, tc.extra, refusal)
+		if !tc.want(err) {
+			t.Errorf("%s: err = %v", tc.module, err)
+		}
+		if n := servers(tc.module); n != 0 {
+			t.Errorf("%s: the refused transaction left %d servers", tc.module, n)
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := pool.Acquire(actx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: the pool's one connection did not come back: %v", tc.module, err)
+		}
+		if s := conn.Conn().PgConn().TxStatus(); s != 'I' {
+			t.Errorf("%s: the connection came back with transaction status %q, want idle", tc.module, s)
+		}
+		conn.Release()
+		if n := pool.Stat().NewConnsCount(); n != 1 {
+			t.Errorf("%s: the pool opened %d connections, want 1 (the refused transaction's was destroyed)", tc.module, n)
+		}
+	}
+	if err := persistence.BatchInsertServer(ctx, pool, d.tenant, "last", "", nil); err != nil || servers("last") != 1 {
+		t.Errorf("the transaction after the refused ones: err = %v, servers %d", err, servers("last"))
 	}
 }
