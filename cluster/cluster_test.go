@@ -67,11 +67,22 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	waitOwnership(t, nodes, 0, 30*time.Second)
 
 	// Every server heartbeats through a live node (in turn), every H/2, from its registration on.
-	var alive atomic.Pointer[[]*node]
-	alive.Store(&nodes)
+	// A heartbeat picks its node among alive and counts itself in flight to it under pick's read lock,
+	// so once route returns no heartbeat goes to a node left out unless it is counted in that node's
+	// inflight.
+	var alive []*node
+	var pick sync.RWMutex
+	route := func(ns []*node) {
+		pick.Lock()
+		alive = ns
+		pick.Unlock()
+	}
+	route(nodes)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var failed, ok atomic.Int64
+	var whyMu sync.Mutex
+	var why []string // why each refused heartbeat was refused, in order
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	heartbeat := func(i int, id string) {
 		defer wg.Done()
@@ -83,11 +94,19 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			live := *alive.Load()
-			if live[k%len(live)].heartbeat(id, modKey.APIKey) {
+			pick.RLock()
+			n := alive[k%len(alive)]
+			n.inflight.Add(1)
+			pick.RUnlock()
+			err := n.heartbeat(id, modKey.APIKey)
+			n.inflight.Add(-1)
+			if err == nil {
 				ok.Add(1)
 			} else {
+				whyMu.Lock()
+				why = append(why, time.Now().Format("15:04:05.000")+" "+err.Error())
 				failed.Add(1)
+				whyMu.Unlock()
 			}
 		}
 	}
@@ -143,7 +162,7 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 		}
 	}
 	lost := victim.readyz(t).Cluster.Shards
-	alive.Store(&survivors)
+	route(survivors)
 	killedAt := time.Now()
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -163,8 +182,13 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	// exits, so the last node takes them while every heartbeat keeps being accepted.
 	leaving, last := survivors[0], survivors[1]
 	handed := leaving.readyz(t).Cluster.Shards
-	alive.Store(&[]*node{last})
-	refusedBefore := failed.Load()
+	route([]*node{last})
+	// A heartbeat that picked the leaving node just before the balancer stopped sending to it is still
+	// in flight: a balancer draining a node waits for those, and so does the test.
+	wait.For(t, "the heartbeats in flight to "+leaving.name+" to be answered", 10*time.Second, func() bool { return leaving.inflight.Load() == 0 })
+	whyMu.Lock()
+	refusedBefore := len(why)
+	whyMu.Unlock()
 	exited := make(chan error, 1)
 	var exitedAt time.Time
 	go func() { err := leaving.cmd.Wait(); exitedAt = time.Now(); exited <- err }()
@@ -184,9 +208,11 @@ func TestClusterOwnershipAndFailover(t *testing.T) {
 	}
 	before = ok.Load()
 	wait.For(t, "8 accepted heartbeats per server after the hand-over", 30*time.Second, func() bool { return ok.Load()-before >= 8*servers })
-	if n := failed.Load() - refusedBefore; n > 0 {
-		t.Errorf("%d heartbeats refused across a graceful hand-over, want none", n)
+	whyMu.Lock()
+	if refused := why[refusedBefore:]; len(refused) > 0 {
+		t.Errorf("%d heartbeats refused across a graceful hand-over, want none:\n%s", len(refused), strings.Join(refused, "\n"))
 	}
+	whyMu.Unlock()
 	conn, err := pgx.Connect(ctx, db.AdminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -332,6 +358,7 @@ type node struct {
 	name, url, addr string
 	cmd             *exec.Cmd
 	log             *lockedBuffer
+	inflight        atomic.Int64 // heartbeats routed to the node and not yet answered (see route)
 }
 
 type readyz struct {
@@ -381,17 +408,21 @@ func (n *node) post(t testing.TB, path, key string, body any, out any) {
 var hbClient = &http.Client{Timeout: 10 * time.Second}
 
 // heartbeat sends one heartbeat of server id through n and reports whether it was accepted.
-func (n *node) heartbeat(id, key string) bool {
+// heartbeat sends one heartbeat of server id through n: nil when it was accepted (200), else why not.
+func (n *node) heartbeat(id, key string) error {
 	req, _ := http.NewRequest("POST", n.url+"/v1/mcp/servers/heartbeat", strings.NewReader(`{"server_id":"`+id+`"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hbClient.Do(req)
 	if err != nil {
-		return false
+		return fmt.Errorf("%s: %w", n.name, err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %d %s", n.name, resp.StatusCode, body)
+	}
+	return nil
 }
 
 // waitOwnership waits until the nodes agree on their membership (exactly these nodes), their shards
