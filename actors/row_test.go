@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -67,11 +68,20 @@ func TestServerRowGivesBackItsRow(t *testing.T) {
 	}
 }
 
-// The status is kept as a code: every status the table allows has one, and each gives itself back.
+// The status is kept as a code: every status the table allows has one, and each gives itself back, and
+// its span attribute; "" (nothing committed) has no attribute.
 func TestStatusCodesCoverEveryStatus(t *testing.T) {
 	for _, st := range []health.Status{"", health.Healthy, health.Degraded, health.Unhealthy, health.Deregistered} {
-		if got := statusCodes[statusCode(st)]; got != st {
+		code := statusCode(st)
+		if got := statusCodes[code]; got != st {
 			t.Errorf("status %q comes back as %q", st, got)
+		}
+		want := attribute.KeyValue{}
+		if st != "" {
+			want = attribute.String("mcpfleet.status", string(st))
+		}
+		if got := statusAttrs[code]; got != want {
+			t.Errorf("status %q has the span attribute %v, want %v", st, got, want)
 		}
 	}
 }

@@ -69,9 +69,9 @@ type serverRow struct {
 	status              uint8 // statusCodes' index
 }
 
-// statusCodes are the statuses a row can have ("": not yet committed), by code. The table's CHECK
-// allows no other; a status outside it would be kept as "".
-var statusCodes = [...]health.Status{"", health.Healthy, health.Degraded, health.Unhealthy, health.Deregistered}
+// statusCodes are the statuses a row can have ("": not yet committed, then health.Statuses, which
+// the table's CHECK allows), by code; a status outside them would be kept as "".
+var statusCodes = append([]health.Status{""}, health.Statuses()...)
 
 func statusCode(s health.Status) uint8 {
 	for i, c := range statusCodes {
@@ -429,7 +429,7 @@ func (a *serverActor) heartbeat(ctx actor.Context, msg *heartbeatMsg, now time.T
 	a.heldEvidence(ctx)
 	setServerAttrs(hb, rec.tenantID(), rec.id(), rec.row.moduleName)
 	if hb.IsRecording() {
-		hb.SetAttributes(statusAttr[rec.row.statusOf()])
+		hb.SetAttributes(statusAttrs[rec.row.status])
 	}
 	t, err := rec.life.Recover(a.deps.life, now)
 	if err != nil {

@@ -75,12 +75,14 @@ func setServerAttrs(span trace.Span, tenantID, serverID uuid.UUID, module string
 	)
 }
 
-var statusAttr = func() map[health.Status]attribute.KeyValue {
-	m := map[health.Status]attribute.KeyValue{}
-	for _, s := range health.Statuses() {
-		m[s] = attribute.String("mcpfleet.status", string(s))
+// statusAttrs is the mcpfleet.status attribute of each status code (statusCodes); code 0, nothing
+// committed yet, has none (the zero KeyValue, which a span drops).
+var statusAttrs = func() []attribute.KeyValue {
+	kvs := make([]attribute.KeyValue, len(statusCodes))
+	for i, s := range statusCodes[1:] {
+		kvs[i+1] = attribute.String("mcpfleet.status", string(s))
 	}
-	return m
+	return kvs
 }()
 
 // startTransitionSpan starts the span of a monitor-driven transition t, linked to the server's last
