@@ -89,6 +89,7 @@ type Server struct {
 	order  []string // server ids in registration order, for paging
 	audit  []fleetclient.AuditEvent
 	faults map[string]*fault // by operation: "register", "heartbeat", "deregister"
+	stalls map[string]*stall // by operation: "register"
 	stats  Stats
 }
 
@@ -115,9 +116,10 @@ func NewServer(tb testing.TB, opts Options) *Server {
 		byID:   map[string]*record{},
 		byName: map[string]*record{},
 		faults: map[string]*fault{},
+		stalls: map[string]*stall{},
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/mcp/servers/register", s.auth(s.register))
+	mux.HandleFunc("POST /v1/mcp/servers/register", s.auth(s.stalled("register", s.register)))
 	mux.HandleFunc("POST /v1/mcp/servers/heartbeat", s.auth(s.heartbeat))
 	mux.HandleFunc("POST /v1/mcp/servers/deregister", s.auth(s.deregister))
 	mux.HandleFunc("GET /v1/mcp/servers", s.auth(s.list))
@@ -216,6 +218,54 @@ func (s *Server) FailNext(op string, n, status int, retryAfter time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[op] = &fault{remaining: n, status: status, retryAfter: retryAfter}
+}
+
+// A stall holds back the answers of an operation's next requests.
+type stall struct {
+	remaining int
+	delay     time.Duration
+}
+
+// StallNext makes the next n requests of one operation (only "register" so far) take effect as usual
+// but answer only after delay — a service whose commit outlived the client's patience. A request whose
+// client goes away meanwhile gets no answer; its effect stays.
+func (s *Server) StallNext(op string, n int, delay time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalls[op] = &stall{remaining: n, delay: delay}
+}
+
+// stalled serves op with h, holding the answer back as StallNext said.
+func (s *Server) stalled(op string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		var delay time.Duration
+		if st := s.stalls[op]; st != nil && st.remaining > 0 {
+			st.remaining--
+			delay = st.delay
+		}
+		s.mu.Unlock()
+		if delay == 0 {
+			h(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h(rec, r)
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		case <-s.stop:
+			return
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}
 }
 
 // injected returns the fault to answer with for op, if any; s.mu held.

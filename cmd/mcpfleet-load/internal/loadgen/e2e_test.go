@@ -192,30 +192,52 @@ func wellFormed(doc []byte) error {
 func TestRunCountsErrorsByKind(t *testing.T) {
 	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
 	cfg := smallConfig(fake.URL, fake.APIKey)
-	cfg.N = 50
+	cfg.N = 10
+	cfg.Connections = 1 // one module at a time: the first is refused 5 times in a row
 	cfg.Duration = time.Second
 	cfg.PeakDuration = 0
-	// The first registrations fail for good (4 attempts each, the retry
-	// limit), then the first heartbeats.
-	fake.FailNext("register", 8, http.StatusServiceUnavailable, 0)
+	// The first 5 registration attempts are refused with a 503: each is tried again, more than the 4
+	// attempts of a deregistration (a module must stay registered), so every module registers, and
+	// the attempts are counted apart from the errors.
+	fake.FailNext("register", 5, http.StatusServiceUnavailable, 0)
 	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if s.Registration.Registered < 48 || s.Registration.Registered > 50 {
-		t.Errorf("registered %d, want 48 to 50 (503s are retried up to 4 times)", s.Registration.Registered)
+	if s.Registration.Registered != 10 || s.Registration.Errors.Total != 0 {
+		t.Errorf("registered %d, errors %+v; want all 10 registered, the 503s tried again", s.Registration.Registered, s.Registration.Errors)
 	}
-	if got := s.Registration.Errors.ByKind["HTTP 503 injected"]; got != uint64(50-s.Registration.Registered) {
-		t.Errorf("registration errors = %+v, registered %d", s.Registration.Errors, s.Registration.Registered)
+	if got := s.Registration.Retried; got.Total != 5 || got.ByKind["HTTP 503 injected"] != 5 {
+		t.Errorf("retried = %+v, want 5 HTTP 503 injected", got)
 	}
-	var e loadgen.Target
-	for _, tg := range s.Targets {
-		if strings.HasPrefix(tg.Name, "errors") {
-			e = tg
-		}
+	if s.Registration.Attempted != 15 {
+		t.Errorf("attempted %d, want 15 (10 modules, 5 of their attempts tried again)", s.Registration.Attempted)
 	}
-	if s.Registration.Errors.Total > 0 && e.Result != loadgen.ResultNotMet {
-		t.Errorf("errors target = %+v", e)
+}
+
+// A registration that timed out is tried again, as a module would: the stalled ones took effect in the
+// service, so the retry re-registers them (200), and none is counted as an error.
+func TestRunRetriesARegistrationThatTimedOut(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{Interval: 500 * time.Millisecond})
+	cfg := smallConfig(fake.URL, fake.APIKey)
+	cfg.N = 20
+	cfg.Duration = time.Second
+	cfg.PeakDuration = 0
+	cfg.RequestTimeout = 300 * time.Millisecond
+	fake.StallNext("register", 3, 5*time.Second)
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r := s.Registration
+	if r.Registered != 20 || r.Errors.Total != 0 {
+		t.Errorf("registered %d, errors %+v; want all 20, the timeouts tried again", r.Registered, r.Errors)
+	}
+	if r.Retried.ByKind["timeout"] != 3 || r.Retried.Total != 3 {
+		t.Errorf("retried = %+v, want 3 timeouts", r.Retried)
+	}
+	if r.Created != 17 || r.Reregistered != 3 {
+		t.Errorf("created %d, re-registered %d; want 17 and the 3 stalled ones re-registered", r.Created, r.Reregistered)
 	}
 }
 
@@ -304,8 +326,8 @@ func TestRunStopsWhenNothingRegisters(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no module registered") {
 		t.Fatalf("Run = %v, want no module registered", err)
 	}
-	if s == nil || s.Registration.Errors.ByKind["HTTP 401 unauthorized"] != 10 {
-		t.Errorf("summary = %+v", s)
+	if s == nil || s.Registration.Errors.ByKind["HTTP 401 unauthorized"] != 10 || s.Registration.Retried.Total != 0 {
+		t.Errorf("summary = %+v, want 10 refusals for good, none tried again", s)
 	}
 }
 

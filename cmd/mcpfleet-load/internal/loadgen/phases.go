@@ -72,21 +72,49 @@ func pace(ctx context.Context, items []int32, rate int, out chan<- int32) {
 	}
 }
 
-// retry calls f up to attempts times while it fails with a retryable error,
-// waiting 100 ms, 200 ms, … (at most 2 s) or the answer's Retry-After (at
-// most 5 s) in between.
-func retry[T any](ctx context.Context, attempts int, f func(context.Context) (T, error)) (T, error) {
+// A retryPolicy says which failed requests retry calls again, and how many times.
+type retryPolicy struct {
+	// attempts is the most f is called; 0: until it succeeds, fails for good, or ctx ends.
+	attempts int
+	// timeouts: a request that timed out (the client's per-request timeout, not ctx's end) is retried
+	// too. Only for an idempotent request: the timed-out one may have taken effect.
+	timeouts bool
+	// retried, if set, is told of each failed attempt that is retried.
+	retried func(error)
+}
+
+// registerRetry is how a simulated module registers: as a module that must stay registered does,
+// it tries again after every retryable failure — a 503 or 429 after its Retry-After, and a timeout,
+// since registering again is idempotent (a registration that committed after the module stopped
+// waiting answers 200 the next time) — until it is registered, refused for good (a 4xx), or the
+// phase's time limit ends. Failed attempts are counted apart from the errors (ErrorSummary Retried).
+func registerRetry(retried func(error)) retryPolicy {
+	return retryPolicy{timeouts: true, retried: retried}
+}
+
+// deregisterRetry gives a deregistration 4 attempts, timeouts not retried.
+var deregisterRetry = retryPolicy{attempts: 4}
+
+// retry calls f while it fails with an error p retries, at most p.attempts times, waiting 100 ms,
+// 200 ms, … (at most 2 s) or the answer's Retry-After (at most 5 s) in between. It returns f's last
+// error when it stops without success (ctx's end included).
+func retry[T any](ctx context.Context, p retryPolicy, f func(context.Context) (T, error)) (T, error) {
 	var zero T
-	var err error
-	for a := range attempts {
-		var v T
-		if v, err = f(ctx); err == nil {
+	for a := 0; ; a++ {
+		v, err := f(ctx)
+		if err == nil {
 			return v, nil
 		}
-		if !fleetclient.IsRetryable(err) || a == attempts-1 {
-			break
+		if !p.retries(ctx, err) || (p.attempts > 0 && a >= p.attempts-1) {
+			return zero, err
 		}
-		d := min(100*time.Millisecond<<a, 2*time.Second)
+		if p.retried != nil {
+			p.retried(err)
+		}
+		d := 2 * time.Second
+		if a < 5 {
+			d = min(100*time.Millisecond<<a, d)
+		}
 		if ra := fleetclient.RetryAfter(err); ra > d {
 			d = min(ra, 5*time.Second)
 		}
@@ -98,7 +126,14 @@ func retry[T any](ctx context.Context, attempts int, f func(context.Context) (T,
 		case <-t.C:
 		}
 	}
-	return zero, err
+}
+
+// retries reports whether p retries a request that failed with err while ctx is live.
+func (p retryPolicy) retries(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return fleetclient.IsRetryable(err) || (p.timeouts && errorKind(0, nil, err) == "timeout")
 }
 
 // kindOf names a fleetclient error like errorKind does.
@@ -151,6 +186,7 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 	})
 	defer r.setProgress(nil)
 
+	retryReg := registerRetry(func(err error) { ph.retried.add(kindOf(err)) })
 	var wg sync.WaitGroup
 	for range r.cfg.Connections {
 		wg.Go(func() {
@@ -162,7 +198,7 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 					CapabilityAdvertisement: loadAdvert,
 				}
 				var sent int64
-				resp, err := retry(ctx, 4, func(ctx context.Context) (*fleetclient.RegisterResponse, error) {
+				resp, err := retry(ctx, retryReg, func(ctx context.Context) (*fleetclient.RegisterResponse, error) {
 					ph.sent.Add(1)
 					sent = r.now()
 					start := time.Now()
@@ -218,6 +254,7 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 		P99Ms:           msOf(ph.lat.Quantile(0.99)),
 		MaxMs:           msOf(ph.lat.Max()),
 		Errors:          summarizeErrors(&ph.errs),
+		Retried:         summarizeErrors(&ph.retried),
 	}
 	if missing := r.cfg.N - int(n); missing > 0 && s.Errors.Total == 0 {
 		// Stopped by the bound on the phase, not by errors.
@@ -246,7 +283,7 @@ func (r *runner) deregister(ctx context.Context, items []int32) DeregistrationSu
 			for i := range idx {
 				m := &r.mods[i]
 				m.state.Store(stateDeregistered) // the wheel stops beating it
-				_, err := retry(ctx, 4, func(ctx context.Context) (*fleetclient.Server, error) {
+				_, err := retry(ctx, deregisterRetry, func(ctx context.Context) (*fleetclient.Server, error) {
 					ph.sent.Add(1)
 					return r.fc.Deregister(ctx, m.id)
 				})

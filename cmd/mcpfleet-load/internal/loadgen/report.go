@@ -138,12 +138,15 @@ type RegistrationSummary struct {
 	RatePerSecond float64 `json:"rate_per_second"`
 	// FirstRegistered is min(N, TargetRegistrationFleet) and FirstSeconds the time from the phase's
 	// start to its FirstRegistered-th registration answered (0: never reached).
-	FirstRegistered int          `json:"first_registered"`
-	FirstSeconds    float64      `json:"first_seconds"`
-	P50Ms           float64      `json:"p50_ms"`
-	P99Ms           float64      `json:"p99_ms"`
-	MaxMs           float64      `json:"max_ms"`
-	Errors          ErrorSummary `json:"errors"`
+	FirstRegistered int     `json:"first_registered"`
+	FirstSeconds    float64 `json:"first_seconds"`
+	P50Ms           float64 `json:"p50_ms"`
+	P99Ms           float64 `json:"p99_ms"`
+	MaxMs           float64 `json:"max_ms"`
+	// Errors are the modules that did not register (their last attempt's error); Retried the failed
+	// attempts that were tried again (registerRetry), whether or not a later one registered.
+	Errors  ErrorSummary `json:"errors"`
+	Retried ErrorSummary `json:"retried,omitzero"`
 }
 
 // FirstRate is the registration rate up to FirstRegistered; ok is false if they were not all registered.
@@ -481,7 +484,7 @@ func (s *Summary) fleetTargets() []Target {
 			Name:      "errors (registration and steady heartbeats)",
 			Threshold: "0",
 			Measured: fmt.Sprintf("%d (%d registration, %d heartbeat)", errs,
-				s.Registration.Errors.Total, s.Warmup.Errors.Total+s.Steady.Errors.Total),
+				s.Registration.Errors.Total, s.Warmup.Errors.Total+s.Steady.Errors.Total) + retriedText(s.Registration.Retried),
 			Result: judge(steadyRan, errs == 0),
 		},
 		{
@@ -491,6 +494,15 @@ func (s *Summary) fleetTargets() []Target {
 			Result:    judge(steadyRan && (s.Sweep.Done || s.FalseTransitions > 0), s.FalseTransitions == 0),
 		},
 	}
+}
+
+// retriedText is what the errors target says of the registration attempts that failed and were
+// tried again: nothing when none did.
+func retriedText(r ErrorSummary) string {
+	if r.Total == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; besides, %s failed registration attempts were tried again (Errors by kind)", thousands(int64(r.Total)))
 }
 
 // cpuTargets: the service's CPU per steady heartbeat ÷ the no-op server's per request at the same
@@ -873,7 +885,8 @@ func writeErrors(b *strings.Builder, s *Summary) {
 		name string
 		e    ErrorSummary
 	}{
-		{"registration", s.Registration.Errors}, {"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
+		{"registration", s.Registration.Errors}, {"registration, attempts tried again", s.Registration.Retried},
+		{"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
 		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
 		{"deregistration heartbeats", s.Tail.Errors},
 	}
@@ -913,6 +926,7 @@ func writeErrors(b *strings.Builder, s *Summary) {
 func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "\n## How to read it\n\n")
 	fmt.Fprintf(b, "- Latency is measured by the load generator, from sending a request to reading its whole answer, for answers 2xx; it includes the client's own queueing on a machine it shares with the service.\n")
+	fmt.Fprintf(b, "- A module whose registration fails with a 503, a 429 or a timeout tries again, as a module that must stay registered does (after 100 ms, 200 ms, … at most 2 s, or the answer's Retry-After up to 5 s; registering again is idempotent, and one that committed after its module stopped waiting answers 200), until it is registered, refused for good, or the phase's time limit ends. Registration errors are the modules that did not register; the attempts tried again are listed apart in Errors by kind.\n")
 	fmt.Fprintf(b, "- A false transition is a heartbeat answered with a status other than healthy, or a server a `GET /v1/mcp/servers?status=degraded|unhealthy` sweep lists (every H/2 during the steady phase, and once after it), for a module whose last 2xx heartbeat had been sent less than 2H before.\n")
 	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle; the same no-op server is then driven at the steady rate (N/H requests/s, paced evenly, through %d connections, after a 1 s warm-up) — the same load as the steady phase — and its CPU per request there is what the service's CPU per steady heartbeat is divided by: at a closed loop's rate every request costs less (fewer wake-ups, more requests per read and write), so the closed loop's figure, also shown, would compare unlike loads.\n", s.Config.PeakWorkers, s.Config.Connections)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's in-use bytes (`/debug/pprof/heap?gc=1`: as of a collection the request forces, each record scaled for the sampling as pprof does; live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead). Runs before 2026-12-05 took the profile's HeapAlloc, which a saturated service inflated with what it allocated while the profile was written.\n")

@@ -144,6 +144,7 @@ func TestWriteMarkdown(t *testing.T) {
 	s := goodSummary()
 	s.Steady.P99Ms = 61.25
 	s.Steady.Errors = loadgen.ErrorSummary{Total: 3, ByKind: map[string]uint64{"HTTP 503 overloaded": 2, "timeout": 1}}
+	s.Registration.Retried = loadgen.ErrorSummary{Total: 1204, ByKind: map[string]uint64{"timeout": 1200, "HTTP 503 unavailable": 4}}
 	s.Notes = []string{"a note | with a pipe"}
 	s.Evaluate()
 	var b strings.Builder
@@ -158,7 +159,9 @@ func TestWriteMarkdown(t *testing.T) {
 		"| target | threshold | measured | result |",
 		"| fleet size at H = 10 s | ≥ 250,000 servers held every 10s (p99 < 50 ms, 0 errors, 0 false transitions) | 250,000 servers registered, not held every 10s: p99 61.25 ms, 3 errors | **NOT met** |",
 		"| steady heartbeat p99 latency | < 50 ms | 61.25 ms | **NOT met** |",
-		"| errors (registration and steady heartbeats) | 0 | 3 (0 registration, 3 heartbeat) | **NOT met** |",
+		"| errors (registration and steady heartbeats) | 0 | 3 (0 registration, 3 heartbeat); besides, 1,204 failed registration attempts were tried again (Errors by kind) | **NOT met** |",
+		"| registration, attempts tried again | timeout | 1,200 |",
+		"| registration, attempts tried again | HTTP 503 unavailable | 4 |",
 		"| false transitions | 0 | 0 (0 non-healthy answers, 0 servers seen by sweeps) | met |",
 		"| heartbeat throughput with tracing on at 100 % sampling vs off | ≥ 85 % | 90.0 % (1 run, 27000 vs 30000 heartbeats/s) | met |",
 		"| heartbeat throughput with tracing at 1 % parent-based vs off | ≥ 98 % | 99.0 % (1 run, 29700 vs 30000 heartbeats/s) | met |",

@@ -51,6 +51,8 @@ type phase struct {
 	sent   atomic.Uint64
 	ok     atomic.Uint64
 	errs   errorCounts
+	// retried counts the failed attempts that were tried again (registration only; see registerRetry).
+	retried errorCounts
 	// Non-healthy heartbeat answers, split by whether the module had been
 	// heartbeating on time (previous 2xx sent less than 2H before).
 	nonHealthyOnTime atomic.Uint64
