@@ -458,3 +458,29 @@ func holdConfig(baseURL, key string) loadgen.Config {
 	cfg.HoldSearch = true
 	return cfg
 }
+
+// Modules still trying to register when the run's time ends are counted as not registered, not as
+// modules never attempted, and not lost from the errors.
+func TestRunCountsModulesStillRetryingAtTheEnd(t *testing.T) {
+	fake := fleetclienttest.NewServer(t, fleetclienttest.Options{})
+	cfg := smallConfig(fake.URL, fake.APIKey)
+	cfg.N = 6
+	cfg.Connections = 2
+	cfg.RequestTimeout = 200 * time.Millisecond
+	cfg.MaxRuntime = 2 * time.Second
+	fake.StallNext("register", 1000, time.Minute) // every attempt times out, and is tried again
+	s, err := loadgen.Run(t.Context(), cfg, io.Discard)
+	if err == nil {
+		t.Fatal("Run succeeded, want no module registered")
+	}
+	if s == nil {
+		t.Fatalf("no summary (Run: %v)", err)
+	}
+	r := s.Registration
+	if r.Registered != 0 || r.Errors.Total != 6 || r.Errors.ByKind["not registered when the phase's time limit ended"] != 6 {
+		t.Errorf("registered %d, errors %+v; want the 6 counted as not registered by the time limit", r.Registered, r.Errors)
+	}
+	if r.Retried.ByKind["timeout"] == 0 {
+		t.Errorf("retried = %+v, want the timeouts tried again", r.Retried)
+	}
+}

@@ -256,10 +256,14 @@ func (r *runner) register(ctx context.Context, addCh chan<- int32) regResult {
 		Errors:          summarizeErrors(&ph.errs),
 		Retried:         summarizeErrors(&ph.retried),
 	}
-	if missing := r.cfg.N - int(n); missing > 0 && s.Errors.Total == 0 {
-		// Stopped by the bound on the phase, not by errors.
-		s.Errors.ByKind = map[string]uint64{"not attempted (phase time limit)": uint64(missing)}
-		s.Errors.Total = uint64(missing)
+	if missing := r.cfg.N - int(n) - int(s.Errors.Total); missing > 0 {
+		// Stopped by the bound on the phase, not by an error: modules never tried, and modules still
+		// trying again (registerRetry) when it ended.
+		if s.Errors.ByKind == nil {
+			s.Errors.ByKind = map[string]uint64{}
+		}
+		s.Errors.ByKind["not registered when the phase's time limit ended"] += uint64(missing)
+		s.Errors.Total += uint64(missing)
 	}
 	return regResult{ph: ph, summary: s}
 }
