@@ -396,13 +396,19 @@ func answerStatus(b []byte) (status []byte, ok bool) {
 	return rest[1 : 1+end], true
 }
 
+// isTimeout reports whether a request failed because a deadline passed: its own timeout, or its
+// context's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 // errorKind names a failed request for the report: "timeout",
 // "connection refused", "transport", "HTTP 503 <slug>", "bad answer".
 func errorKind(status int, body []byte, err error) string {
 	if err != nil {
-		var ne net.Error
 		switch {
-		case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		case isTimeout(err):
 			return "timeout"
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return "connection refused"

@@ -133,7 +133,7 @@ func (p retryPolicy) retries(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	return fleetclient.IsRetryable(err) || (p.timeouts && errorKind(0, nil, err) == "timeout")
+	return fleetclient.IsRetryable(err) || (p.timeouts && isTimeout(err))
 }
 
 // kindOf names a fleetclient error like errorKind does.
