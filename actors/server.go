@@ -25,7 +25,8 @@ import (
 // its last evidence — its deadline — intact. After creation only the server actor reads or writes it,
 // except its identity (id, tenantID, key), which never changes after the fleet made the record: the
 // fleet reads it (its fleetEntry does not copy it) and keeps what changes (registered) in its
-// fleetEntry, told by message.
+// fleetEntry, told by message — and except dueHint, the one field both write and read: the actor
+// publishes its deadline there and the fleet reads it when a bound pops (deadlines.go).
 //
 // The identity lives in row (serverID, tenantID, moduleName), set by newServerRecord or from the loaded
 // row; a later row is always this server's (adopt: doRegister checked the id, (tenant_id, module_name)
@@ -37,6 +38,11 @@ type serverRecord struct {
 
 	registrationTrace  link
 	lastHeartbeatTrace link
+
+	// dueHint is the server's exact deadline as the actor last computed it, in whole seconds (rounded
+	// down) on the monitor's clock; 0: none. Written by the actor, read by the fleet (deadlines.go). Four
+	// bytes, in what was the struct's padding: the record stays in its size class (memory_test.go).
+	dueHint atomic.Uint32
 }
 
 // newServerRecord is the record of a server the fleet starts (registration, configuration): nothing
