@@ -25,8 +25,8 @@ import (
 // its last evidence — its deadline — intact. After creation only the server actor reads or writes it,
 // except its identity (id, tenantID, key), which never changes after the fleet made the record: the
 // fleet reads it (its fleetEntry does not copy it) and keeps what changes (registered) in its
-// fleetEntry, told by message — and except dueHint, the one field both write and read: the actor
-// publishes its deadline there and the fleet reads it when a bound pops (deadlines.go).
+// fleetEntry, told by message — and except dueHint, atomic, which only the actor writes (its deadline,
+// published) and the fleet reads when a bound pops (deadlines.go).
 //
 // The identity lives in row (serverID, tenantID, moduleName), set by newServerRecord or from the loaded
 // row; a later row is always this server's (adopt: doRegister checked the id, (tenant_id, module_name)
