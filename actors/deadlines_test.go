@@ -158,3 +158,42 @@ func TestEvidenceAfterAStallMovesTheDeadlineEarlier(t *testing.T) {
 	h.monitor()
 	wantStatuses(t, h.statuses(id), health.Degraded)
 }
+
+// TestADeadlineEarlierThanAnAdoptedHintIsSent: the fleet renews a bound from the published deadline (41 s
+// on the monitor's clock, from a heartbeat at 21 s taken inside a stall), then evidence right after the
+// stall is credited moves the deadline earlier (40.5 s) than that hint, though later than the last bound
+// the actor sent (20 s). The actor compares with what it last published, sends the earlier bound, and the
+// server is degraded at 40.5 s; an actor comparing with what it last sent would stay silent, and the
+// fleet, holding 41 s, would judge it late.
+func TestADeadlineEarlierThanAnAdoptedHintIsSent(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.register("a") // bound 20 s sent
+	tick := func() {
+		h.t.Helper()
+		if err := h.fleet.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 { // on time, every 5 s: 0, 5, 10, 15
+		tick()
+		h.clock.Advance(testH / 2)
+	}
+	h.clock.Advance(testH/2 + time.Second)
+	h.heartbeat(id) // 21 s, no tick since 15: deadline 41 s, published, no message
+	h.clock.Advance(19 * time.Second)
+	tick() // 40 s: a stall of 20 s; monitor time 20 s pops the bound of 20 s and adopts the hint, 41 s
+	h.waitEvent("monitor_stall")
+	if r := h.fleet.MonitorStats().Renewals.Load(); r != 1 {
+		t.Fatalf("%d renewals from the hint, want 1", r)
+	}
+	h.clock.Advance(time.Second / 2)
+	h.heartbeat(id) // 40.5 s, monitor 20.5 s: deadline 40.5 s, earlier than the adopted 41 s
+	h.clock.Advance(20*time.Second - time.Second/10)
+	h.monitor() // monitor time 40.4 s
+	if got := h.statuses(id); len(got) != 0 {
+		t.Fatalf("transitions %v before 2H of silence", got)
+	}
+	h.clock.Advance(time.Second / 5)
+	h.monitor() // monitor time 40.6 s
+	wantStatuses(t, h.statuses(id), health.Degraded)
+}
