@@ -155,9 +155,11 @@ func (s *Store) InTenant(ctx context.Context, tenantID uuid.UUID, fn func(pgx.Tx
 	return inTenantTx(ctx, s.pool, pgx.TxOptions{}, tenantID, fn)
 }
 
-// beginner opens transactions: a pool (the runtime store's or the admin's).
+// beginner opens transactions: a pool (the runtime store's or the admin's). inTenantTx opens one with
+// BeginTx; inTenantBatch sends one with its statements (SendBatch of a pgx.Batch that begins it).
 type beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // ErrNoTenant refuses a tenant transaction (or a command) without a tenant, before anything is sent. It
@@ -244,6 +246,14 @@ const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config
 // transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
 // reads the results back in order and commits. A step without a tenant fails the whole transaction
 // closed with ErrNoTenant before it is opened.
+//
+// The transaction's BEGIN goes in the batch (pgx.Batch.BeginTx), so a transaction costs two round trips
+// to PostgreSQL — the batch, the COMMIT — not three. Each is a wait that, on a service short of CPU, ends
+// at the back of the Go scheduler's queue behind every runnable request goroutine: the writer's and the
+// stamper's commits wait through each one. The COMMIT stays a round trip of its own, after every result
+// was read: a read that refuses the transaction (a statement's rows that break a rule checked in Go)
+// must still be able to roll it back, which an implicit transaction (no BEGIN, committed at the batch's
+// end) would not let it.
 func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	if len(steps) == 0 {
 		return nil
@@ -253,12 +263,8 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 			return ErrNoTenant
 		}
 	}
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
 	var spans [][]trace.Span // spans[i] traces the batch's i-th statement; nil when no step has a span
 	for _, st := range steps {
 		from := b.Len()
@@ -278,7 +284,13 @@ func inTenantBatch(ctx context.Context, db beginner, steps []tenantStep) error {
 	if spans != nil {
 		ctx = withStatementSpans(ctx, spans)
 	}
-	br := tx.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit; gives a pool's connection back
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("begin: %w", err)
+	}
 	for _, st := range steps {
 		var err error
 		if st.fence.Fenced() {

@@ -17,6 +17,11 @@ func (d refusingDB) BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error) {
 	return nil, errors.New("refused")
 }
 
+func (d refusingDB) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	d.t.Error("a batch was sent for a tenant transaction without a tenant")
+	return pgx.FailedBatchResults(b, errors.New("refused"))
+}
+
 // TestTenantTxWithoutTenantFailsClosed: both helpers refuse a nil tenant before opening a transaction,
 // and the refusal is permanent (the writer must not retry it, Commit isolates the command).
 func TestTenantTxWithoutTenantFailsClosed(t *testing.T) {
