@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,10 +28,14 @@ import (
 // degraded in a real PostgreSQL, loaded at start, and every one heartbeated once by RECOVERY_WORKERS
 // (default 64) closed loops — each heartbeat a recovery, durable before it is answered. A heartbeat
 // answered 503 is tried again after the rest (a module's next beat). It reports the time until every
-// server is healthy, recoveries per second, the 503s on the way and this process's CPU per recovery.
+// server is healthy, recoveries per second, the 503s on the way and this process's CPU per recovery
+// (without RECOVERY_BUSY).
+// RECOVERY_BUSY=K adds K goroutines that stay runnable (each a loop of ~50 µs of work and a yield), standing
+// in for the request goroutines of a service short of CPU: every wait of the writer's commit on the
+// network then ends behind them in the scheduler's queue, as on a saturated node.
 // A measurement, not a test: run with -run '^$' -bench RecoveryWave -benchtime 1x.
 func BenchmarkRecoveryWave(b *testing.B) {
-	n, workers := envInt("RECOVERY_N", 100000), envInt("RECOVERY_WORKERS", 64)
+	n, workers, busy := envInt("RECOVERY_N", 100000), envInt("RECOVERY_WORKERS", 64), envInt("RECOVERY_BUSY", 0)
 	ctx := context.Background()
 	db := pgtest.New(b)
 	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
@@ -83,6 +88,7 @@ func BenchmarkRecoveryWave(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		stopBusy := keepBusy(busy)
 		b.StartTimer()
 		start, cpu0 := time.Now(), processCPU()
 		work := make(chan uuid.UUID, len(ids))
@@ -114,6 +120,7 @@ func BenchmarkRecoveryWave(b *testing.B) {
 		close(work)
 		took, cpu = took+time.Since(start), cpu+processCPU()-cpu0
 		b.StopTimer()
+		stopBusy()
 		if err, _ := failed.Load().(error); err != nil {
 			b.Fatal(err)
 		}
@@ -126,7 +133,30 @@ func BenchmarkRecoveryWave(b *testing.B) {
 	b.ReportMetric(took.Seconds()/per, "s-to-healthy")
 	b.ReportMetric(float64(n)*per/took.Seconds(), "recoveries/s")
 	b.ReportMetric(float64(refused.Load())/per, "503s")
-	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n)/per, "cpu-ms/recovery")
+	if busy == 0 { // the busy goroutines' CPU is not the recoveries'
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n)/per, "cpu-ms/recovery")
+	}
+}
+
+// keepBusy starts k goroutines that stay runnable until the returned func is called.
+func keepBusy(k int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range k {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for end := time.Now().Add(50 * time.Microsecond); time.Now().Before(end); {
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
 }
 
 func envInt(name string, def int) int {
