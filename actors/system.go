@@ -39,7 +39,6 @@ type Config struct {
 	WriteTimeout       time.Duration // how long a durable command may take to commit; default 5 s
 	AskTimeout         time.Duration // how long a caller waits for an actor; default WriteTimeout + 2 s
 	WriterMaxBatch     int           // commands per group commit; default 256
-	WriterCommits      int           // group commits in flight at once; default 2
 	WriterMaxPending   int           // queued durable requests before back-pressure; default 10000
 	ReconcileInterval  time.Duration // skill reconciliation period; default 1 min
 	AlertInterval      time.Duration // outbox sweep period; default 5 s
@@ -63,7 +62,6 @@ func (c *Config) defaults() {
 	c.AlertInterval = config.Or(c.AlertInterval, config.DefaultAlertInterval)
 	c.StampBatchMax = config.Or(c.StampBatchMax, config.DefaultStampBatchMax)
 	c.WriterMaxBatch = config.Or(c.WriterMaxBatch, config.DefaultWriterMaxBatch)
-	c.WriterCommits = config.Or(c.WriterCommits, config.DefaultWriterCommits)
 	c.WriterMaxPending = config.Or(c.WriterMaxPending, config.DefaultWriterMaxPending)
 	c.Flap = c.Flap.WithDefaults()
 	c.MassSilence.Min = config.Or(c.MassSilence.Min, config.DefaultMassSilenceMin)
@@ -278,7 +276,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	epochs := &epochCounter{}
 	f.workers = newWorkers(defaultWorkers())
 	wcfg := writerConfig{
-		maxBatch: cfg.WriterMaxBatch, commits: cfg.WriterCommits, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
+		maxBatch: cfg.WriterMaxBatch, maxPending: cfg.WriterMaxPending, retryBackoff: 50 * time.Millisecond,
 		commitTimeout: cfg.WriteTimeout, tel: t,
 	}
 	queue := &writeQueue{cfg: wcfg}

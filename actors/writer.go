@@ -12,10 +12,10 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// writer is the durable-command persistence actor. It group-commits: while commits transactions are
-// in flight (writerConfig.commits), requests queue; when one finishes, everything queued (up to maxBatch
-// commands) goes into the next transaction. Each request is answered with *writeResult only after its
-// COMMIT, or with its errors. Transient failures are retried until the request's deadline. The queue is bounded: past
+// writer is the durable-command persistence actor. It group-commits: while one transaction is in
+// flight, requests queue; when it finishes, everything queued (up to maxBatch commands) goes into the
+// next transaction. Each request is answered with *writeResult only after its COMMIT, or with its
+// errors. Transient failures are retried until the request's deadline. The queue is bounded: past
 // maxPending requests a new one is refused at once (back-pressure), never dropped silently; a request of
 // new work (writeRequest.admission) is refused already past half of it (admissionLimit).
 //
@@ -27,7 +27,7 @@ type writer struct {
 	cfg      writerConfig
 	epoch    uint64
 	pending  []queuedWrite
-	flushing int // group commits in flight
+	flushing bool
 	drainers []*actor.PID
 	// published is the queue length last stored in cfg.queue: the writer stores only a change, so an
 	// idle writer never writes the shared word the server actors read.
@@ -56,16 +56,12 @@ func (w *writer) budget() time.Duration {
 // A failed one is left out: one that timed out lasted as long as its deadline allowed, not as long as
 // commits take.
 func (w *writer) observeCommit(d time.Duration) {
-	for {
-		old := w.commitNanos.Load()
-		next := old + (int64(d)-old)/8
-		if old == 0 {
-			next = int64(d)
-		}
-		if w.commitNanos.CompareAndSwap(old, next) { // commits in flight at once observe concurrently
-			return
-		}
+	old := w.commitNanos.Load()
+	if old == 0 {
+		w.commitNanos.Store(int64(d))
+		return
 	}
+	w.commitNanos.Store(old + (int64(d)-old)/8)
 }
 
 type committer interface {
@@ -79,13 +75,6 @@ type writerConfig struct {
 	retryBackoff  time.Duration // first retry delay for transient failures
 	commitTimeout time.Duration
 	queue         *writeQueue // where the queue length is published; nil: nowhere
-	// commits is how many group commits may be in flight at once (at least one). Two let a commit's
-	// waits on the network — each of which ends at the back of the Go scheduler's queue on a service
-	// short of CPU — overlap another's: PostgreSQL still applies them one after the other (each takes
-	// its tenants' event locks first), and a server has one write in flight at a time (a durable step
-	// runs one at a time per server, and a caller gives a write up only after its transaction's deadline),
-	// so no server's commands are reordered.
-	commits int
 }
 
 // admissionLimit is the queue length from which new work is refused: half of maxPending. A fleet-wide
@@ -154,7 +143,7 @@ func (w *writer) Receive(ctx actor.Context) {
 		if msg.epoch != w.epoch {
 			return // a flush started by a previous incarnation
 		}
-		w.flushing--
+		w.flushing = false
 		w.maybeFlush(ctx)
 		w.answerDrainers(ctx)
 	case *drainMsg:
@@ -173,7 +162,7 @@ func (w *writer) Receive(ctx actor.Context) {
 }
 
 func (w *writer) answerDrainers(ctx actor.Context) {
-	if w.flushing > 0 || len(w.pending) > 0 {
+	if w.flushing || len(w.pending) > 0 {
 		return
 	}
 	for _, d := range w.drainers {
@@ -189,9 +178,8 @@ func (w *writer) failPending(ctx actor.Context, why string) {
 	w.pending = nil
 }
 
-// maybeFlush starts a group commit of what is pending, unless nothing is or cfg.commits are in flight.
 func (w *writer) maybeFlush(ctx actor.Context) {
-	if w.flushing >= max(1, w.cfg.commits) || len(w.pending) == 0 {
+	if w.flushing || len(w.pending) == 0 {
 		return
 	}
 	n, cmds := 0, 0
@@ -202,7 +190,7 @@ func (w *writer) maybeFlush(ctx actor.Context) {
 	batch := make([]queuedWrite, n)
 	copy(batch, w.pending[:n])
 	w.pending = append(w.pending[:0], w.pending[n:]...)
-	w.flushing++
+	w.flushing = true
 	system, self, epoch := ctx.ActorSystem(), ctx.Self(), w.epoch
 	go func() {
 		w.commitBatch(system, batch)

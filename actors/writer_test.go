@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
-	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/lifecycle"
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
@@ -53,7 +52,7 @@ func TestNearlyExpiredRequestDoesNotDoomItsGroup(t *testing.T) {
 	store := &slowCommitter{d: commit, started: make(chan struct{}, 10)}
 	system := actor.NewActorSystem()
 	w, err := system.Root.SpawnNamed(newWriterProps(store, slog.New(slog.DiscardHandler), writerConfig{
-		maxBatch: 256, commits: 1, maxPending: 100, retryBackoff: 10 * time.Millisecond, commitTimeout: 5 * time.Second, tel: newTel(nil, nil),
+		maxBatch: 256, maxPending: 100, retryBackoff: 10 * time.Millisecond, commitTimeout: 5 * time.Second, tel: newTel(nil, nil),
 	}, &epochCounter{}), "writer")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +97,7 @@ func TestWriterShedsNewWorkFirst(t *testing.T) {
 	store := &slowCommitter{d: time.Hour, started: make(chan struct{}, 10)}
 	system := actor.NewActorSystem()
 	w, err := system.Root.SpawnNamed(newWriterProps(store, slog.New(slog.DiscardHandler), writerConfig{
-		maxBatch: 256, commits: 1, maxPending: 4, retryBackoff: 10 * time.Millisecond, commitTimeout: time.Hour, tel: newTel(nil, nil),
+		maxBatch: 256, maxPending: 4, retryBackoff: 10 * time.Millisecond, commitTimeout: time.Hour, tel: newTel(nil, nil),
 	}, &epochCounter{}), "writer")
 	if err != nil {
 		t.Fatal(err)
@@ -136,48 +135,6 @@ func TestWriterShedsNewWorkFirst(t *testing.T) {
 		if why := refused(f); !strings.Contains(why, "writer stopping") {
 			t.Errorf("queued request %d: %q, want answered by the stopping writer", i, why)
 		}
-	}
-}
-
-// TestWriterCommitsUpToItsLimitAtOnce: with commits = 2, a second request starts its own group commit
-// while the first is in flight, and a third waits in the queue.
-func TestWriterCommitsUpToItsLimitAtOnce(t *testing.T) {
-	store := &slowCommitter{d: time.Hour, started: make(chan struct{}, 10)}
-	queue := &writeQueue{}
-	cfg := writerConfig{maxBatch: 256, commits: 2, maxPending: 100, retryBackoff: 10 * time.Millisecond, commitTimeout: time.Hour,
-		tel: newTel(nil, nil), queue: queue}
-	queue.cfg = cfg
-	system := actor.NewActorSystem()
-	w, err := system.Root.SpawnNamed(newWriterProps(store, slog.New(slog.DiscardHandler), cfg, &epochCounter{}), "writer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer system.Root.Stop(w)
-	write := func() {
-		cmd := &persistence.TransitionCmd{EventID: uuid.New(), TenantID: uuid.New(), ServerID: uuid.New()}
-		system.Root.Request(w, &writeRequest{cmds: []persistence.Command{cmd}, deadline: time.Now().Add(time.Hour)})
-	}
-	started := func(what string) {
-		t.Helper()
-		select {
-		case <-store.started:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: no group commit started", what)
-		}
-	}
-	write()
-	started("the first request")
-	write()
-	started("a second request, while the first commit is in flight")
-	write()
-	// The writer publishes its queue length after each message: once it says one is queued, the third
-	// request was handled and not started.
-	wait.For(t, "the third request queued behind two commits in flight", 10*time.Second, func() bool { return queue.queued.Load() == 1 })
-	store.mu.Lock()
-	calls := store.calls
-	store.mu.Unlock()
-	if calls != 2 {
-		t.Fatalf("%d group commits started, want 2", calls)
 	}
 }
 

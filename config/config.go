@@ -40,7 +40,6 @@ const (
 const (
 	DefaultStampBatchMax     = 5000            // a heartbeat stamp window flushes early at this many servers
 	DefaultWriterMaxBatch    = 256             // durable commands per group commit
-	DefaultWriterCommits     = 2               // group commits in flight at once
 	DefaultWriterMaxPending  = 10_000          // queued durable requests before back-pressure
 	DefaultReconcileInterval = time.Minute     // skill reconciliation period
 	DefaultAlertInterval     = 5 * time.Second // alert outbox sweep period
