@@ -188,7 +188,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *lookupMsg:
 		e, ok := f.entries[msg.serverID]
 		known := ok && e.rec.tenantID() == msg.tenantID
-		ctx.Respond(&lookupReply{known: known, woke: known && f.wake(ctx, msg.serverID, e)})
+		// Running: woken now, or since the caller's message found no actor (another's lookup woke it).
+		ctx.Respond(&lookupReply{known: known, running: known && (f.wake(ctx, msg.serverID, e) || e.pid != nil)})
 	case *armMsg:
 		f.arm(msg)
 	case *monitorTick:

@@ -118,7 +118,10 @@ type lookupMsg struct {
 
 // lookupReply: known, the fleet runs the server for that tenant; woke, its actor was dormant and has
 // just been spawned (the asker sends its message again).
-type lookupReply struct{ known, woke bool }
+// lookupReply answers a lookupMsg: whether the fleet knows the server (of that tenant), and whether its
+// actor runs now — woken by this lookup (it was dormant) or spawned since the asker's message found
+// none — so that the asker sends its message once more.
+type lookupReply struct{ known, running bool }
 
 // monitorRound lets RunMonitor wait until every server the tick checked has evaluated it and persisted
 // what it decided. Done is called exactly once per Add.

@@ -329,6 +329,30 @@ func TestRestartGrace(t *testing.T) {
 	wantStatuses(t, h.statuses(id), health.Unhealthy)
 }
 
+// TestTwoRequestsForADormantServerBothReachIt: two requests for a dormant server at once both find no
+// actor; the first's lookup wakes it, and the second's, answered after that, sends its message again
+// instead of failing 503 "server actor restarting" (as it did: only the lookup that woke the actor had
+// it retried — after a restart at 210,000 servers, tens to hundreds of heartbeats per restart failed so).
+func TestTwoRequestsForADormantServerBothReachIt(t *testing.T) {
+	h := newHarness(t, nil)
+	a := h.register("a")
+	h.stop()
+	h.start(nil)
+	ctx := context.Background()
+	for i, who := range []string{"the request whose lookup wakes it", "the request that found no actor at the same time"} {
+		again, err := h.fleet.noActor(ctx, h.tenant, a, true)
+		if !again || err != nil {
+			t.Fatalf("%s (lookup %d): again %v, %v; want its message sent again", who, i+1, again, err)
+		}
+	}
+	if _, err := h.fleet.Heartbeat(ctx, h.tenant, a, carrier{}); err != nil {
+		t.Fatalf("heartbeat of the woken server: %v", err)
+	}
+	if again, err := h.fleet.noActor(ctx, h.tenant, uuid.New(), true); again || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an unknown server: again %v, %v; want ErrNotFound", again, err)
+	}
+}
+
 // TestLoadedServersAreDormantUntilNeeded: a fleet started over persisted servers is ready with no
 // server actor spawned; each server's actor comes when something needs it — a heartbeat, a deregistration,
 // its deadline — and the server behaves as if it had run all along. Another tenant's message wakes

@@ -512,15 +512,17 @@ func (f *Fleet) askServer(ctx context.Context, tenantID, serverID uuid.UUID, msg
 
 // noActor handles a message to serverID's actor that found none: the fleet is asked whether it knows
 // the server. Dormant, the fleet spawns its actor and again is true: the caller sends its message once
-// more, on its first try only (first) — a dead letter after that is a restart. Being respawned, the
-// error is ErrUnavailable; unknown, ErrNotFound (or ErrUnavailable when the server's shard has just
-// moved to another process).
+// more, on its first try only (first) — a dead letter after that is a restart. So is an actor that runs
+// by the time the fleet answers: two requests for a dormant server at once (a fleet's modules after a
+// restart or failover) both find no actor, and the lookup of the first wakes it for both. Being
+// respawned, the error is ErrUnavailable; unknown, ErrNotFound (or ErrUnavailable when the server's shard
+// has just moved to another process).
 func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID, first bool) (again bool, err error) {
 	lres, lerr := f.ask(ctx, f.fleet, &lookupMsg{tenantID: tenantID, serverID: serverID})
 	if lerr != nil {
 		return false, lerr
 	}
-	if r := lres.(*lookupReply); r.woke && first {
+	if r := lres.(*lookupReply); r.running && first {
 		return true, nil
 	} else if r.known {
 		return false, fmt.Errorf("%w: server actor restarting", ErrUnavailable)
