@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
@@ -22,22 +25,9 @@ import (
 // less), and the time LoadServers alone takes to read the fleet (before each start, not timed in it). A measurement, not a test: run with
 // -run '^$' -bench ColdStart -benchtime 3x (bench/REPORT.md records it).
 func BenchmarkColdStart(b *testing.B) {
-	n := 100000
-	if v, err := strconv.Atoi(os.Getenv("COLDSTART_N")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("COLDSTART_N", 100000)
 	ctx := context.Background()
-	db := pgtest.New(b)
-	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer admin.Close()
-	tenant, err := admin.CreateTenant(ctx, "acme")
-	if err != nil {
-		b.Fatal(err)
-	}
-	owner := db.AdminPool(b)
+	db, tenant, owner := benchDatabase(b)
 	conn, err := owner.Acquire(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -89,6 +79,31 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ReportMetric(read.Seconds()/float64(b.N), "s-to-read-alone")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "s-cpu-to-ready")
 	b.ReportMetric(float64(n), "servers")
+}
+
+// benchDatabase returns a fresh database with one tenant, "acme", the tenant's id and a pool of the
+// database's owner (for seeding rows the runtime role could not write).
+func benchDatabase(b *testing.B) (*pgtest.DB, uuid.UUID, *pgxpool.Pool) {
+	ctx := context.Background()
+	db := pgtest.New(b)
+	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	tenant, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, tenant, db.AdminPool(b)
+}
+
+// envInt is the positive whole number in the environment variable name, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // processCPU is the CPU time this process has used (user and system).

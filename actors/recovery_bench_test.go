@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
-	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 	"github.com/mcpfleet/mcpfleet/shard"
 	"github.com/mcpfleet/mcpfleet/telemetry"
 )
@@ -37,17 +34,7 @@ import (
 func BenchmarkRecoveryWave(b *testing.B) {
 	n, workers, busy := envInt("RECOVERY_N", 100000), envInt("RECOVERY_WORKERS", 64), envInt("RECOVERY_BUSY", 0)
 	ctx := context.Background()
-	db := pgtest.New(b)
-	admin, err := persistence.OpenAdmin(ctx, db.AdminURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer admin.Close()
-	tenant, err := admin.CreateTenant(ctx, "acme")
-	if err != nil {
-		b.Fatal(err)
-	}
-	owner := db.AdminPool(b)
+	db, tenant, owner := benchDatabase(b)
 	store, err := persistence.Open(ctx, db.AppURL, persistence.Options{Node: "n1"})
 	if err != nil {
 		b.Fatal(err)
@@ -157,11 +144,4 @@ func keepBusy(k int) (stop func()) {
 		})
 	}
 	return func() { close(done); wg.Wait() }
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
