@@ -116,8 +116,6 @@ type lookupMsg struct {
 	serverID uuid.UUID
 }
 
-// lookupReply: known, the fleet runs the server for that tenant; woke, its actor was dormant and has
-// just been spawned (the asker sends its message again).
 // lookupReply answers a lookupMsg: whether the fleet knows the server (of that tenant), and whether its
 // actor runs now — woken by this lookup (it was dormant) or spawned since the asker's message found
 // none — so that the asker sends its message once more.
