@@ -84,7 +84,7 @@ func BenchmarkRecoveryWave(b *testing.B) {
 		}
 		var left sync.WaitGroup
 		left.Add(len(ids))
-		var failed atomic.Value
+		var failed atomic.Pointer[error] // the first failure (an atomic.Value would panic on a second of another type)
 		for range workers {
 			go func() {
 				for id := range work {
@@ -95,9 +95,10 @@ func BenchmarkRecoveryWave(b *testing.B) {
 						work <- id
 						continue
 					case err != nil:
-						failed.CompareAndSwap(nil, err)
+						failed.CompareAndSwap(nil, &err)
 					case res.Status != health.Healthy:
-						failed.CompareAndSwap(nil, errors.New("answered "+string(res.Status)))
+						err = errors.New("answered " + string(res.Status))
+						failed.CompareAndSwap(nil, &err)
 					}
 					left.Done()
 				}
@@ -108,8 +109,8 @@ func BenchmarkRecoveryWave(b *testing.B) {
 		took, cpu = took+time.Since(start), cpu+processCPU()-cpu0
 		b.StopTimer()
 		stopBusy()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
 		}
 		if err := f.Stop(ctx); err != nil {
 			b.Fatal(err)
