@@ -294,6 +294,11 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 			ctx.Respond(&registerReply{err: ErrNotOwner})
 			return
 		}
+		if err := f.deps.load.refusal(); err != nil {
+			endSpan(span, err)
+			ctx.Respond(&registerReply{err: err})
+			return
+		}
 		id = newServerID(key)
 		f.add(ctx, newServerRecord(id, key), false)
 	}

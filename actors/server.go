@@ -146,6 +146,7 @@ type serverDeps struct {
 	metrics      *telemetry.Metrics
 	writer       *actor.PID
 	writeQueue   *writeQueue // the writer's queue length, to refuse at the door what it would refuse
+	load         *saturation // whether the node is saturated: first registrations wait
 	stamper      *actor.PID
 	stamps       *stampTable // where heartbeats leave their stamps for the stamper
 	alerts       *actor.PID

@@ -41,6 +41,7 @@ const (
 	DefaultStampBatchMax     = 5000            // a heartbeat stamp window flushes early at this many servers
 	DefaultWriterMaxBatch    = 256             // durable commands per group commit
 	DefaultWriterMaxPending  = 10_000          // queued durable requests before back-pressure
+	DefaultSaturation        = 32.0            // runnable goroutines per CPU from which first registrations wait
 	DefaultReconcileInterval = time.Minute     // skill reconciliation period
 	DefaultAlertInterval     = 5 * time.Second // alert outbox sweep period
 )
