@@ -251,6 +251,10 @@ func fleetError(err error) error {
 		return problem(http.StatusNotFound, "server_not_registered", "no server with this server_id is registered: register first (POST /v1/mcp/servers/register)")
 	case errors.Is(err, actors.ErrDeregistered):
 		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
+	case errors.Is(err, actors.ErrSaturated):
+		p := problem(http.StatusServiceUnavailable, "node_saturated", "this node has more work ready than its CPUs run: it takes no new servers until it has not (registered servers are served as ever); nothing was recorded: retry after Retry-After")
+		p.RetryAfter, p.Err = 2*time.Second, err
+		return p
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrNotOwner):
 		return unavailable("the request could not be made durable right now; nothing was recorded: retry", 2*time.Second, err)
 	case errors.Is(err, persistence.ErrNotOwned):

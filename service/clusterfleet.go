@@ -134,6 +134,7 @@ var errorCodes = []struct {
 	{"not_owner", actors.ErrNotOwner},
 	{"not_found", actors.ErrNotFound},
 	{"deregistered", actors.ErrDeregistered},
+	{"saturated", actors.ErrSaturated}, // before unavailable: it is one
 	{"unavailable", actors.ErrUnavailable},
 	{"not_owned", persistence.ErrNotOwned},
 	{"server_limit", persistence.ErrServerLimit},
