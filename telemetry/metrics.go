@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -134,8 +135,16 @@ type Metrics struct {
 
 	servers [4]atomic.Int64 // by health.Statuses() index
 	backlog [2]atomic.Int64 // commands, stamps
-	reg     metric.Registration
-	meter   metric.Meter // the public meter, for instruments registered later (ObserveCluster)
+	// The node's load, as the fleet's saturation gauge last measured it (NodeLoad).
+	schedP99  atomic.Int64  // nanoseconds
+	runnable  atomic.Uint64 // math.Float64bits of ready goroutines per CPU
+	saturated atomic.Bool
+	nodeLoad  struct {
+		p99, runnable metric.Float64ObservableGauge
+		saturated     metric.Int64ObservableGauge
+	}
+	reg   metric.Registration
+	meter metric.Meter // the public meter, for instruments registered later (ObserveCluster)
 }
 
 type httpKey struct {
@@ -212,6 +221,15 @@ func (m *Metrics) instruments(meter metric.Meter, private metric.MeterProvider) 
 	backlog, err = meter.Int64ObservableGauge("mcpfleet.writer.backlog",
 		metric.WithDescription("Work waiting for the next flush: queued durable requests (writer=commands), servers with an unwritten heartbeat stamp (writer=stamps)."))
 	check(err)
+	m.nodeLoad.p99, err = meter.Float64ObservableGauge("mcpfleet.node.sched.latency.p99", metric.WithUnit("s"),
+		metric.WithDescription("99th percentile of the time this process's goroutines waited for a CPU over the last 500 ms."))
+	check(err)
+	m.nodeLoad.runnable, err = meter.Float64ObservableGauge("mcpfleet.node.runnable",
+		metric.WithDescription("Goroutines ready to run and waiting for a CPU, per CPU, averaged over the last 500 ms."))
+	check(err)
+	m.nodeLoad.saturated, err = meter.Int64ObservableGauge("mcpfleet.node.saturated",
+		metric.WithDescription("1 while the node is saturated and refuses first registrations (MCPFLEET_SATURATION_LATENCY), else 0."))
+	check(err)
 	if len(errs) > 0 {
 		return nil, nil, fmt.Errorf("metrics: %v", errs)
 	}
@@ -276,8 +294,15 @@ func NewMetrics(public, private metric.MeterProvider) (*Metrics, error) {
 		for i := range m.backlog {
 			o.ObserveInt64(backlog, m.backlog[i].Load(), backlogOpts[i]...)
 		}
+		o.ObserveFloat64(m.nodeLoad.p99, time.Duration(m.schedP99.Load()).Seconds())
+		o.ObserveFloat64(m.nodeLoad.runnable, math.Float64frombits(m.runnable.Load()))
+		saturated := int64(0)
+		if m.saturated.Load() {
+			saturated = 1
+		}
+		o.ObserveInt64(m.nodeLoad.saturated, saturated)
 		return nil
-	}, servers, backlog)
+	}, servers, backlog, m.nodeLoad.p99, m.nodeLoad.runnable, m.nodeLoad.saturated)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -369,6 +394,17 @@ func (m *Metrics) Backlog(writer string, n int) {
 		i = 1
 	}
 	m.backlog[i].Store(int64(n))
+}
+
+// NodeLoad sets the node's load as the fleet's saturation gauge measured it: the p99 time goroutines
+// waited for a CPU, the goroutines ready per CPU, and whether first registrations are refused.
+func (m *Metrics) NodeLoad(p99 time.Duration, runnablePerCPU float64, saturated bool) {
+	if m == nil {
+		return
+	}
+	m.schedP99.Store(int64(p99))
+	m.runnable.Store(math.Float64bits(runnablePerCPU))
+	m.saturated.Store(saturated)
 }
 
 // ActorEvent counts a supervision event of the actor system (Deps.OnEvent) that restarted or

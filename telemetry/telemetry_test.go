@@ -238,6 +238,7 @@ func TestPrometheusExposition(t *testing.T) {
 	m.Flush(ctx, telemetry.WriterCommands, 3, 2*time.Millisecond, nil)
 	m.Flush(ctx, telemetry.WriterStamps, 500, 4*time.Millisecond, errors.New("down"))
 	m.Backlog(telemetry.WriterCommands, 7)
+	m.NodeLoad(30*time.Millisecond, 4.5, true)
 	m.ActorEvent("server_actor_restart")
 	m.ActorEvent("monitor_stall") // not a restart: not counted
 	m.AlertDelivery(ctx, 1, errors.New("503"))
@@ -276,6 +277,9 @@ func TestPrometheusExposition(t *testing.T) {
 		`mcpfleet_writer_batch_size_bucket{writer="stamps",le="512"} 1`,
 		`mcpfleet_writer_flush_duration_seconds_count{outcome="error",writer="stamps"} 1`,
 		`mcpfleet_writer_backlog{writer="commands"} 7`,
+		`mcpfleet_node_sched_latency_p99_seconds 0.03`,
+		`mcpfleet_node_runnable 4.5`,
+		`mcpfleet_node_saturated 1`,
 		`mcpfleet_actor_restarts_total{event="server_actor_restart"} 1`,
 		`mcpfleet_alert_deliveries_total{outcome="delivered"} 1`,
 		`mcpfleet_alert_deliveries_total{outcome="failed"} 1`,
