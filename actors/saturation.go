@@ -8,52 +8,72 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
-// saturation tells whether this process has more work ready to run than its CPUs run: the mean number
-// of runnable goroutines per P (runtime/metrics "/sched/goroutines/runnable:goroutines" ÷
-// "/sched/gomaxprocs:threads"), sampled every saturationSample over the last saturationWindow. It is
-// the signal CockroachDB's admission control sheds work on (runnable goroutines per P, overload at 32).
+// saturation tells whether this process's goroutines wait too long for a CPU: the 99th percentile of
+// the time goroutines spent ready to run before running (runtime/metrics "/sched/latencies:seconds")
+// over the last saturationWindow, while at least saturationFloor goroutines per P are ready on average
+// ("/sched/goroutines/runnable:goroutines" ÷ "/sched/gomaxprocs:threads"), both sampled every
+// saturationSample.
 //
 // The fleet refuses a module's first registration while the node is saturated (refusal): registering
-// is new work, and on a node whose request goroutines already queue, admitting more servers makes the
+// is new work, and on a node whose goroutines already queue for a CPU, admitting more servers makes the
 // registered fleet's heartbeats late — a load run at 250,000 servers on two cores went on registering
 // past what the node could hold and pushed 161,331 servers whose modules were alive into unhealthy.
 // A heartbeat, a re-registration and every other request of a registered server are never refused
-// for it. A machine busy with other processes does not count: the goroutines this process runs wait
-// for a CPU then, but few of them are runnable at once.
+// for it.
+//
+// The latency is what a heartbeat feels: each goroutine it passes through (the connection's, the
+// server actor's, the reply's) waits that long for a CPU. A count of ready goroutines alone does not
+// say it: a burst of a thousand requests of a few microseconds each is many goroutines and little
+// waiting. The floor keeps a machine busy with other processes from counting: the operating system
+// then delays this process's threads and so its goroutines, but few of them are ready at once.
 type saturation struct {
-	threshold float64 // runnable goroutines per P from which the node is saturated; ≤ 0: never
-	log       *slog.Logger
+	latency time.Duration // the p99 scheduling latency from which the node is saturated; ≤ 0: never
+	log     *slog.Logger
+	metrics *telemetry.Metrics // where each sample's figures are published; nil: nowhere
 
-	// mean is the window's mean runnable goroutines per P (math.Float64bits); saturated is whether
-	// it reached threshold. The sampler writes both; anybody reads them.
-	mean      atomic.Uint64
+	// p99 is the window's p99 scheduling latency, runnable its mean ready goroutines per P
+	// (math.Float64bits), saturated the verdict. The sampler writes them; anybody reads them.
+	p99       atomic.Int64
+	runnable  atomic.Uint64
 	saturated atomic.Bool
 
-	window  []float64 // the last samples, a ring
+	// The sampler's own: the last samples, rings of window+1 cumulative latency histograms (the
+	// window's latencies are the newest minus the oldest) and of window ready counts.
+	hists   [][]uint64
+	counts  []float64
 	next    int
-	samples [2]metrics.Sample
+	filled  int
+	buckets []float64
+	delta   []uint64
+	samples [3]metrics.Sample
 }
 
 const (
-	saturationSample = 10 * time.Millisecond  // how often the run queues are counted
-	saturationWindow = 500 * time.Millisecond // the samples a verdict averages
+	saturationSample = 10 * time.Millisecond  // how often the scheduler is read
+	saturationWindow = 500 * time.Millisecond // the samples a verdict takes in
+	saturationFloor  = 4.0                    // mean ready goroutines per P below which a node is never saturated
+	saturationP      = 0.99                   // the latency percentile compared with the threshold
 )
 
-// newSaturation returns a gauge that reports saturation from threshold runnable goroutines per P;
-// threshold ≤ 0 gives one that never does. It measures nothing until sampled (start or observe).
-func newSaturation(threshold float64, log *slog.Logger) *saturation {
-	s := &saturation{threshold: threshold, log: log, window: make([]float64, 0, int(saturationWindow/saturationSample))}
-	s.samples[0].Name = "/sched/goroutines/runnable:goroutines"
-	s.samples[1].Name = "/sched/gomaxprocs:threads"
+// newSaturation returns a gauge that reports saturation from a p99 scheduling latency of latency;
+// latency ≤ 0 gives one that never does. It measures nothing until sampled (start or observe).
+func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
+	n := int(saturationWindow / saturationSample)
+	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n)}
+	s.samples[0].Name = "/sched/latencies:seconds"
+	s.samples[1].Name = "/sched/goroutines/runnable:goroutines"
+	s.samples[2].Name = "/sched/gomaxprocs:threads"
 	return s
 }
 
 // start samples the runtime every saturationSample until stop is called (stop waits for the sampling
 // goroutine to end). A gauge with no threshold samples nothing.
 func (s *saturation) start() (stop func()) {
-	if s.threshold <= 0 {
+	if s.latency <= 0 {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -67,8 +87,8 @@ func (s *saturation) start() (stop func()) {
 				return
 			case <-t.C:
 				metrics.Read(s.samples[:])
-				procs := max(1, s.samples[1].Value.Uint64())
-				s.observe(float64(s.samples[0].Value.Uint64()) / float64(procs))
+				procs := max(1, s.samples[2].Value.Uint64())
+				s.observe(s.samples[0].Value.Float64Histogram(), float64(s.samples[1].Value.Uint64())/float64(procs))
 			}
 		}
 	})
@@ -76,29 +96,68 @@ func (s *saturation) start() (stop func()) {
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
-// observe takes one sample (runnable goroutines per P) into the window and updates the verdict,
-// logging when it changes. Only the sampler calls it (tests call it instead of the sampler).
-func (s *saturation) observe(perP float64) {
-	if len(s.window) < cap(s.window) {
-		s.window = append(s.window, perP)
-	} else {
-		s.window[s.next] = perP
-		s.next = (s.next + 1) % len(s.window)
+// observe takes one sample into the window — the runtime's cumulative scheduling-latency histogram
+// and the ready goroutines per P — and updates the verdict, logging when it changes. Only the sampler
+// calls it (tests call it instead of the sampler); it keeps none of hist's memory.
+func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
+	slot := s.hists[s.next%len(s.hists)]
+	if len(slot) != len(hist.Counts) {
+		slot = make([]uint64, len(hist.Counts))
+		s.hists[s.next%len(s.hists)] = slot
 	}
+	copy(slot, hist.Counts)
+	s.buckets = hist.Buckets
+	s.counts[s.next%len(s.counts)] = perP
+	s.next++
+	s.filled = min(s.filled+1, len(s.hists))
+
 	var sum float64
-	for _, v := range s.window {
+	for _, v := range s.counts {
 		sum += v
 	}
-	mean := sum / float64(cap(s.window)) // a window not yet full counts its missing samples as idle
-	s.mean.Store(math.Float64bits(mean))
-	now := s.threshold > 0 && mean >= s.threshold
+	mean := sum / float64(len(s.counts)) // a window not yet full counts its missing samples as idle
+	oldest := s.hists[(s.next-s.filled)%len(s.hists)]
+	p99 := s.percentile(slot, oldest)
+	s.runnable.Store(math.Float64bits(mean))
+	s.p99.Store(int64(p99))
+
+	now := s.latency > 0 && mean >= saturationFloor && p99 >= s.latency
+	s.metrics.NodeLoad(p99, mean, now)
 	if s.saturated.Swap(now) != now && s.log != nil {
 		if now {
-			s.log.Warn("node saturated: first registrations are refused (503) until it is not", "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.threshold)
+			s.log.Warn("node saturated: first registrations are refused (503) until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency)
 		} else {
-			s.log.Warn("node no longer saturated: first registrations are taken again", "runnable_goroutines_per_cpu", math.Round(mean*10)/10)
+			s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10)
 		}
 	}
+}
+
+// percentile is the saturationP latency of the events counted in newest but not in oldest (two
+// cumulative histograms over s.buckets): the lower bound of the bucket it falls in, 0 with no event.
+func (s *saturation) percentile(newest, oldest []uint64) time.Duration {
+	if len(oldest) != len(newest) {
+		oldest = nil // the oldest sample is this one, or of another shape: the window starts here
+	}
+	s.delta = s.delta[:0]
+	var total uint64
+	for i, c := range newest {
+		if oldest != nil {
+			c -= oldest[i]
+		}
+		s.delta = append(s.delta, c)
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(saturationP * float64(total)))
+	var seen uint64
+	for i, c := range s.delta {
+		if seen += c; seen >= want {
+			return time.Duration(max(0, s.buckets[i]) * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // refusal is the answer to new work (a module's first registration) arriving now: nil, or
@@ -107,5 +166,5 @@ func (s *saturation) refusal() error {
 	if s == nil || !s.saturated.Load() {
 		return nil
 	}
-	return fmt.Errorf("%w (%.0f runnable goroutines per CPU)", ErrSaturated, math.Float64frombits(s.mean.Load()))
+	return fmt.Errorf("%w (goroutines wait %v for a CPU at p99)", ErrSaturated, time.Duration(s.p99.Load()).Round(time.Millisecond))
 }

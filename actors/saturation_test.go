@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
+	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,43 +16,68 @@ import (
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
 
-// The verdict is the mean of the last saturationWindow of samples against the threshold: one busy
-// sample does not saturate a node, a window at the threshold does, and one idle sample in it ends it.
+// latencies is a cumulative scheduling-latency histogram as the runtime gives it, over a few buckets.
+type latencies struct{ counts []uint64 }
+
+var latencyBuckets = []float64{math.Inf(-1), 0, 0.001, 0.010, 0.025, 0.050, 0.100, math.Inf(1)}
+
+// add counts n more goroutines that waited d (the bucket d falls in) and returns the histogram now.
+func (l *latencies) add(n uint64, d time.Duration) *metrics.Float64Histogram {
+	if l.counts == nil {
+		l.counts = make([]uint64, len(latencyBuckets)-1)
+	}
+	for i := len(latencyBuckets) - 2; i >= 0; i-- {
+		if d.Seconds() >= latencyBuckets[i] {
+			l.counts[i] += n
+			break
+		}
+	}
+	return &metrics.Float64Histogram{Counts: slices.Clone(l.counts), Buckets: latencyBuckets}
+}
+
+// The verdict: the p99 of the waits counted in the window reaches the threshold while, on average, at
+// least saturationFloor goroutines per P are ready. Waits older than the window do not count, and
+// neither does a long wait of few goroutines (a machine busy with other processes).
 func TestSaturationVerdict(t *testing.T) {
 	n := int(saturationWindow / saturationSample)
-	repeat := func(v float64, k int) []float64 {
-		out := make([]float64, k)
-		for i := range out {
-			out[i] = v
-		}
-		return out
+	type sample struct {
+		fast, slow uint64  // goroutines that waited 1 ms, and 50 ms, since the last sample
+		perP       float64 // ready goroutines per P
 	}
+	repeat := func(k int, s sample) []sample { return slices.Repeat([]sample{s}, k) }
 	cases := []struct {
-		name      string
-		threshold float64
-		samples   []float64
-		want      bool
+		name    string
+		latency time.Duration
+		samples []sample
+		want    bool
 	}{
-		{"no sample", 32, nil, false},
-		{"one burst in an empty window", 32, []float64{1000}, false},
-		{"a window not yet full counts the rest as idle", 32, repeat(32, n-1), false},
-		{"a full window at the threshold", 32, repeat(32, n), true},
-		{"a full window just under it", 32, repeat(31.9, n), false},
-		{"a burst that lifts the mean", 32, append(repeat(0, n-1), 32*float64(n)), true},
-		{"one idle sample ends a window at the threshold", 32, append(repeat(32, n), 0), false},
-		{"the oldest sample leaves the window", 32, append(append([]float64{1000}, repeat(31, n-1)...), 31), false},
-		{"threshold 0: never", 0, repeat(1e6, n), false},
-		{"negative threshold: never", -1, repeat(1e6, n), false},
+		{"no sample", 25 * time.Millisecond, nil, false},
+		{"one sample is no window", 25 * time.Millisecond, []sample{{0, 100, 100}}, false},
+		{"slow waits of many ready goroutines", 25 * time.Millisecond, repeat(n+1, sample{0, 100, 8}), true},
+		{"fast waits of many ready goroutines", 25 * time.Millisecond, repeat(n+1, sample{100, 0, 100}), false},
+		{"slow waits of few ready goroutines", 25 * time.Millisecond, repeat(n+1, sample{0, 100, saturationFloor - 0.1}), false},
+		{"the floor is a mean over the window", 25 * time.Millisecond, append(repeat(n-1, sample{0, 100, 0}), sample{0, 100, saturationFloor * float64(n)}), true},
+		{"2 in 100 slow: the p99 is slow", 25 * time.Millisecond, append([]sample{{}}, sample{98, 2, 8 * float64(n)}), true},
+		{"1 in 100 slow: the p99 is fast", 25 * time.Millisecond, append([]sample{{}}, sample{99, 1, 8 * float64(n)}), false},
+		{"slow waits still in the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n-1, sample{100, 0, 8})...), true},
+		{"slow waits that left the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n, sample{100, 0, 8})...), false},
+		{"a threshold above the waits", 100 * time.Millisecond, repeat(n+1, sample{0, 100, 8}), false},
+		{"threshold 0: never", 0, repeat(n+1, sample{0, 100, 100}), false},
+		{"negative threshold: never", -1, repeat(n+1, sample{0, 100, 100}), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newSaturation(c.threshold, nil)
+			s := newSaturation(c.latency, nil, nil)
+			var h latencies
+			h.add(0, 0)
 			for _, v := range c.samples {
-				s.observe(v)
+				h.add(v.fast, time.Millisecond)
+				s.observe(h.add(v.slow, 50*time.Millisecond), v.perP)
 			}
 			err := s.refusal()
 			if got := s.saturated.Load(); got != c.want || (err != nil) != c.want {
-				t.Fatalf("saturated %v, refusal %v; want saturated %v", got, err, c.want)
+				t.Fatalf("saturated %v (p99 %v, %.1f ready per P), refusal %v; want saturated %v",
+					got, time.Duration(s.p99.Load()), math.Float64frombits(s.runnable.Load()), err, c.want)
 			}
 			if c.want && (!errors.Is(err, ErrSaturated) || !errors.Is(err, ErrUnavailable)) {
 				t.Fatalf("refusal %v is not ErrSaturated and ErrUnavailable", err)
@@ -62,21 +90,23 @@ func TestSaturationVerdict(t *testing.T) {
 	}
 }
 
-// TestSaturatedNodeRefusesFirstRegistrations: while the process has many more goroutines ready to run
-// than CPUs (spinning goroutines stand in for a node's queued requests), a module's first registration
+// TestSaturatedNodeRefusesFirstRegistrations: while the process's goroutines wait for a CPU (goroutines
+// that each compute for a millisecond stand in for a node's queued requests), a module's first registration
 // is refused with ErrSaturated and starts nothing; a registered server's heartbeat and re-registration
 // are served. Once the spinning ends, the module registers.
 func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Saturation = 2 })
+	h := newHarness(t, func(c *Config) { c.SaturationLatency = 2 * time.Millisecond })
 	a := h.register("a")
 
 	var stop atomic.Bool
 	var spinners sync.WaitGroup
 	defer func() { stop.Store(true); spinners.Wait() }()
-	for range 6 * runtime.GOMAXPROCS(0) {
+	for range 10 * runtime.GOMAXPROCS(0) {
 		spinners.Go(func() {
 			for !stop.Load() {
-				runtime.Gosched() // stays runnable, but lets the fleet's goroutines run between turns
+				for start := time.Now(); time.Since(start) < time.Millisecond; {
+				}
+				runtime.Gosched() // stays ready, and the others wait a turn of a millisecond each
 			}
 		})
 	}

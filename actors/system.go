@@ -40,9 +40,9 @@ type Config struct {
 	AskTimeout         time.Duration // how long a caller waits for an actor; default WriteTimeout + 2 s
 	WriterMaxBatch     int           // commands per group commit; default 256
 	WriterMaxPending   int           // queued durable requests before back-pressure; default 10000
-	// Saturation is the mean number of runnable goroutines per CPU from which the node refuses first
-	// registrations (saturation); default 32, negative: never.
-	Saturation         float64
+	// SaturationLatency is the p99 time goroutines wait for a CPU from which the node refuses first
+	// registrations (see saturation); default 25 ms, negative: never.
+	SaturationLatency  time.Duration
 	ReconcileInterval  time.Duration // skill reconciliation period; default 1 min
 	AlertInterval      time.Duration // outbox sweep period; default 5 s
 	AlertWebhookURL    string
@@ -66,8 +66,8 @@ func (c *Config) defaults() {
 	c.StampBatchMax = config.Or(c.StampBatchMax, config.DefaultStampBatchMax)
 	c.WriterMaxBatch = config.Or(c.WriterMaxBatch, config.DefaultWriterMaxBatch)
 	c.WriterMaxPending = config.Or(c.WriterMaxPending, config.DefaultWriterMaxPending)
-	if c.Saturation == 0 {
-		c.Saturation = config.DefaultSaturation // negative stays: never saturated
+	if c.SaturationLatency == 0 {
+		c.SaturationLatency = config.DefaultSaturationLatency // negative stays: never saturated
 	}
 	c.Flap = c.Flap.WithDefaults()
 	c.MassSilence.Min = config.Or(c.MassSilence.Min, config.DefaultMassSilenceMin)
@@ -306,7 +306,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
-		writeQueue: queue, load: newSaturation(cfg.Saturation, log),
+		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, log, deps.Metrics),
 	}
 	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps

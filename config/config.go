@@ -38,12 +38,12 @@ const (
 
 // The defaults of the actor system's internal settings (package actors).
 const (
-	DefaultStampBatchMax     = 5000            // a heartbeat stamp window flushes early at this many servers
-	DefaultWriterMaxBatch    = 256             // durable commands per group commit
-	DefaultWriterMaxPending  = 10_000          // queued durable requests before back-pressure
-	DefaultSaturation        = 32.0            // runnable goroutines per CPU from which first registrations wait
-	DefaultReconcileInterval = time.Minute     // skill reconciliation period
-	DefaultAlertInterval     = 5 * time.Second // alert outbox sweep period
+	DefaultStampBatchMax     = 5000                  // a heartbeat stamp window flushes early at this many servers
+	DefaultWriterMaxBatch    = 256                   // durable commands per group commit
+	DefaultWriterMaxPending  = 10_000                // queued durable requests before back-pressure
+	DefaultSaturationLatency = 25 * time.Millisecond // MCPFLEET_SATURATION_LATENCY: p99 wait for a CPU from which first registrations wait
+	DefaultReconcileInterval = time.Minute           // skill reconciliation period
+	DefaultAlertInterval     = 5 * time.Second       // alert outbox sweep period
 )
 
 // The defaults of the registration limits: a tenant of 250,000 servers, each advertising a few
