@@ -35,6 +35,7 @@ type Config struct {
 	FlapThreshold       int           // MCPFLEET_FLAP_THRESHOLD: transitions in the window that make a server flapping, default 4
 	MassSilenceFraction float64       // MCPFLEET_MASS_SILENCE_FRACTION: 0 (default) turns the guard off
 	MassSilenceMin      int           // MCPFLEET_MASS_SILENCE_MIN: floor of the per-period budget, default 10
+	SaturationLatency   time.Duration // MCPFLEET_SATURATION_LATENCY: p99 wait for a CPU from which first registrations are refused, default 25ms; 0: never
 	UISecureCookies     bool          // MCPFLEET_UI_SECURE_COOKIES: dashboard cookies Secure and __Host- named behind a TLS proxy
 	// TraceURL is MCPFLEET_TRACE_URL: a template of the tracing UI's page of a trace, holding {trace_id}
 	// (like http://jaeger:16686/trace/{trace_id}); the dashboard links every trace id it shows with it.
@@ -110,6 +111,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		FlapThreshold:       e.Int("MCPFLEET_FLAP_THRESHOLD", config.DefaultFlapThreshold, 2, 1000),
 		MassSilenceFraction: e.Fraction("MCPFLEET_MASS_SILENCE_FRACTION", 0),
 		MassSilenceMin:      e.Int("MCPFLEET_MASS_SILENCE_MIN", config.DefaultMassSilenceMin, 1, 1e9),
+		SaturationLatency:   e.Duration("MCPFLEET_SATURATION_LATENCY", config.DefaultSaturationLatency),
 		UISecureCookies:     e.Bool("MCPFLEET_UI_SECURE_COOKIES", false),
 		TraceURL:            e.String("MCPFLEET_TRACE_URL", ""),
 		EndpointAllowlist:   splitList(e.String("MCPFLEET_ENDPOINT_ALLOWLIST", "")),

@@ -19,7 +19,8 @@ func TestConfigDefaults(t *testing.T) {
 		c.StampFlushInterval != config.DefaultStampFlushInterval || c.WriteTimeout != config.DefaultWriteTimeout ||
 		c.FlapWindow != config.DefaultFlapWindow || c.FlapThreshold != config.DefaultFlapThreshold ||
 		c.MassSilenceFraction != 0 || c.MassSilenceMin != config.DefaultMassSilenceMin || c.DBMaxConns != config.DefaultDBMaxConns ||
-		c.MCPTimeout != config.DefaultMCPTimeout || c.ProbeConcurrency != config.DefaultProbeConcurrency || c.UISecureCookies {
+		c.MCPTimeout != config.DefaultMCPTimeout || c.ProbeConcurrency != config.DefaultProbeConcurrency || c.UISecureCookies ||
+		c.SaturationLatency != config.DefaultSaturationLatency {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -31,6 +32,7 @@ func TestConfigRefusesWhatItWouldTruncate(t *testing.T) {
 		{"MCPFLEET_FLAP_THRESHOLD", "4.5"}, {"MCPFLEET_FLAP_THRESHOLD", "-4"}, {"MCPFLEET_MASS_SILENCE_MIN", "2.5"},
 		{"MCPFLEET_DB_MAX_CONNS", "8.9"}, {"MCPFLEET_PROBE_CONCURRENCY", "1e3"}, {"MCPFLEET_KEY_CACHE_SIZE", "5000.5"},
 		{"MCPFLEET_MASS_SILENCE_FRACTION", "1.5"}, {"MCPFLEET_PPROF_ADDR", "6060"}, {"MCPFLEET_MAX_TOOLS_PER_SERVER", "4.5"},
+		{"MCPFLEET_SATURATION_LATENCY", "-1ms"}, {"MCPFLEET_SATURATION_LATENCY", "25"},
 		{"MCPFLEET_EVENT_STREAMS", "2.5"}, {"MCPFLEET_MCP_SESSIONS_PER_KEY", "-1"}, {"MCPFLEET_ALERT_WEBHOOK_URL", "hooks.example"},
 	} {
 		_, err := service.FromEnv(func(k string) string { return map[string]string{tt.name: tt.value}[k] })

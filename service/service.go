@@ -229,8 +229,17 @@ func (s *Service) startFleet(ctx context.Context, cfg Config, opt Options, fence
 		WriteTimeout: cfg.WriteTimeout, AlertWebhookURL: cfg.AlertWebhookURL, AlertWebhookSecret: cfg.AlertWebhookSecret,
 		Flap:        actors.FlapConfig{Window: cfg.FlapWindow, Threshold: cfg.FlapThreshold},
 		MassSilence: actors.MassSilenceConfig{Fraction: cfg.MassSilenceFraction, Min: cfg.MassSilenceMin},
-		Sharded:     cfg.Cluster.Enabled(),
+		Sharded:     cfg.Cluster.Enabled(), SaturationLatency: saturationLatency(cfg.SaturationLatency),
 	}, s.store, actors.Deps{Clock: opt.Clock, Log: s.log, Tracer: s.tracing.Tracer, OnEvent: opt.OnEvent, Metrics: s.metrics, Fences: fences})
+}
+
+// saturationLatency is the actors' threshold for MCPFLEET_SATURATION_LATENCY, whose 0 means never (the
+// actors' is negative: their 0 is the default).
+func saturationLatency(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // releaseTimeout bounds the release of a service whose Start failed.
