@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -33,6 +34,17 @@ func TestFleetErrorsMapToProblems(t *testing.T) {
 		{actors.ErrNotOwner, http.StatusServiceUnavailable, "unavailable", true},
 		{persistence.ErrServerLimit, http.StatusForbidden, "server_limit_reached", false},
 		{errors.New("boom"), http.StatusInternalServerError, "internal", false},
+	}
+	retries := map[time.Duration]bool{}
+	for range 1000 {
+		d := saturatedRetry()
+		if d < time.Second || d > 4*time.Second {
+			t.Fatalf("a saturated node's Retry-After %v is not from 1 to 4 s", d)
+		}
+		retries[d] = true
+	}
+	if len(retries) != 4 {
+		t.Errorf("a saturated node's Retry-After took %d values in 1000 refusals, want 1 to 4 s spread", len(retries))
 	}
 	for _, c := range cases {
 		var p *Problem

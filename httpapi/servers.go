@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -244,6 +245,11 @@ func serverJSON(s persistence.Server) ServerJSON {
 	}
 }
 
+// saturatedRetry is the Retry-After of a registration refused on a saturated node: 1 to 4 s at random,
+// so that modules refused together do not come back together (a fleet re-registering at once would
+// otherwise return in waves that saturate the node again).
+func saturatedRetry() time.Duration { return time.Duration(1+rand.IntN(4)) * time.Second }
+
 // fleetError maps an actors error to its problem.
 func fleetError(err error) error {
 	switch {
@@ -253,7 +259,7 @@ func fleetError(err error) error {
 		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
 	case errors.Is(err, actors.ErrSaturated):
 		p := problem(http.StatusServiceUnavailable, "node_saturated", "this node has more work ready than its CPUs run: it takes no new servers until it has not (registered servers are served as ever); nothing was recorded: retry after Retry-After")
-		p.RetryAfter, p.Err = 2*time.Second, err
+		p.RetryAfter, p.Err = saturatedRetry(), err
 		return p
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrNotOwner):
 		return unavailable("the request could not be made durable right now; nothing was recorded: retry", 2*time.Second, err)
