@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"runtime/metrics"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,24 +75,11 @@ func (s *saturation) start() (stop func()) {
 	if s.latency <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(saturationSample)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				metrics.Read(s.samples[:])
-				procs := max(1, s.samples[2].Value.Uint64())
-				s.observe(s.samples[0].Value.Float64Histogram(), float64(s.samples[1].Value.Uint64())/float64(procs))
-			}
-		}
+	return repeat(saturationSample, func() {
+		metrics.Read(s.samples[:])
+		procs := max(1, s.samples[2].Value.Uint64())
+		s.observe(s.samples[0].Value.Float64Histogram(), float64(s.samples[1].Value.Uint64())/float64(procs))
 	})
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // observe takes one sample into the window — the runtime's cumulative scheduling-latency histogram

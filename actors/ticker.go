@@ -12,6 +12,12 @@ import (
 // scheduler.SendRepeatedly, whose timer reads its state without synchronisation (a data race that
 // `go test -race` reports at cancel time).
 func every(system *actor.ActorSystem, interval time.Duration, pid *actor.PID, msg any) (stop func()) {
+	return repeat(interval, func() { system.Root.Send(pid, msg) })
+}
+
+// repeat calls f every interval, on a goroutine of its own, until stop is called; stop waits for that
+// goroutine to end, so f is not running and never runs again once it returns.
+func repeat(interval time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -22,7 +28,7 @@ func every(system *actor.ActorSystem, interval time.Duration, pid *actor.PID, ms
 			case <-done:
 				return
 			case <-t.C:
-				system.Root.Send(pid, msg)
+				f()
 			}
 		}
 	})
