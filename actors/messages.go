@@ -24,9 +24,9 @@ var (
 	// ErrUnavailable: the work could not be made durable in time (database down, writer restarting,
 	// back-pressure); nothing was acknowledged, and the caller should retry later.
 	ErrUnavailable = errors.New("temporarily unavailable")
-	// ErrSaturated: a module's first registration arrived while the node was saturated (more goroutines
-	// ready to run than its CPUs run); nothing was recorded, and the caller should retry later. It is
-	// an ErrUnavailable.
+	// ErrSaturated: a module's first registration arrived while the node was saturated (its goroutines
+	// waited too long for a CPU; see saturation); nothing was recorded, and the caller should retry
+	// later. It is an ErrUnavailable.
 	ErrSaturated = fmt.Errorf("%w: node saturated, new servers wait", ErrUnavailable)
 )
 

@@ -29,6 +29,10 @@ import (
 // say it: a burst of a thousand requests of a few microseconds each is many goroutines and little
 // waiting. The floor keeps a machine busy with other processes from counting: the operating system
 // then delays this process's threads and so its goroutines, but few of them are ready at once.
+//
+// What it does not do (measured, README "Benchmark", 250,000): keep a margin. It refuses at the knee,
+// once the registered fleet's heartbeats alone make goroutines wait; servers admitted in the lulls
+// between registration waves before that add their heartbeats for good.
 type saturation struct {
 	latency time.Duration // the p99 scheduling latency from which the node is saturated; ≤ 0: never
 	log     *slog.Logger
@@ -84,7 +88,8 @@ func (s *saturation) start() (stop func()) {
 
 // observe takes one sample into the window — the runtime's cumulative scheduling-latency histogram
 // and the ready goroutines per P — and updates the verdict, logging when it changes. Only the sampler
-// calls it (tests call it instead of the sampler); it keeps none of hist's memory.
+// calls it (tests call it instead of the sampler); it copies hist's counts and keeps its Buckets (the
+// runtime's bucket boundaries, which never change).
 func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 	slot := s.hists[s.next%len(s.hists)]
 	if len(slot) != len(hist.Counts) {
