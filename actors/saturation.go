@@ -48,10 +48,8 @@ type saturation struct {
 	// window's latencies are the newest minus the oldest) and of window ready counts.
 	hists   [][]uint64
 	counts  []float64
-	next    int
-	filled  int
+	next    int // samples taken
 	buckets []float64
-	delta   []uint64
 	samples [3]metrics.Sample
 }
 
@@ -100,14 +98,13 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 	s.buckets = hist.Buckets
 	s.counts[s.next%len(s.counts)] = perP
 	s.next++
-	s.filled = min(s.filled+1, len(s.hists))
 
 	var sum float64
 	for _, v := range s.counts {
 		sum += v
 	}
 	mean := sum / float64(len(s.counts)) // a window not yet full counts its missing samples as idle
-	oldest := s.hists[(s.next-s.filled)%len(s.hists)]
+	oldest := s.hists[(s.next-min(s.next, len(s.hists)))%len(s.hists)]
 	p99 := s.percentile(slot, oldest)
 	s.runnable.Store(math.Float64bits(mean))
 	s.p99.Store(int64(p99))
@@ -129,22 +126,23 @@ func (s *saturation) percentile(newest, oldest []uint64) time.Duration {
 	if len(oldest) != len(newest) {
 		oldest = nil // the oldest sample is this one, or of another shape: the window starts here
 	}
-	s.delta = s.delta[:0]
-	var total uint64
-	for i, c := range newest {
-		if oldest != nil {
-			c -= oldest[i]
+	count := func(i int) uint64 {
+		if oldest == nil {
+			return newest[i]
 		}
-		s.delta = append(s.delta, c)
-		total += c
+		return newest[i] - oldest[i]
+	}
+	var total uint64
+	for i := range newest {
+		total += count(i)
 	}
 	if total == 0 {
 		return 0
 	}
 	want := uint64(math.Ceil(saturationP * float64(total)))
 	var seen uint64
-	for i, c := range s.delta {
-		if seen += c; seen >= want {
+	for i := range newest {
+		if seen += count(i); seen >= want {
 			return time.Duration(max(0, s.buckets[i]) * float64(time.Second))
 		}
 	}
