@@ -294,6 +294,8 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 			ctx.Respond(&registerReply{err: ErrNotOwner})
 			return
 		}
+		// Refused here, before a record or an actor exists, not at the writer's door (isAdmission), where a
+		// refused first registration costs a spawn and a removal — what a saturated node can least afford.
 		if err := f.deps.load.refusal(); err != nil {
 			endSpan(span, err)
 			ctx.Respond(&registerReply{err: err})
