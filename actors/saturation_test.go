@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 )
 
@@ -92,8 +94,8 @@ func TestSaturationVerdict(t *testing.T) {
 
 // TestSaturatedNodeRefusesFirstRegistrations: while the process's goroutines wait for a CPU (goroutines
 // that each compute for a millisecond stand in for a node's queued requests), a module's first registration
-// is refused with ErrSaturated and starts nothing; a registered server's heartbeat and re-registration
-// are served. Once the spinning ends, the module registers.
+// is refused with ErrSaturated and starts nothing; registered servers' heartbeats (of both tenants) and a
+// re-registration are served. Once the spinning ends, the module registers.
 func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SaturationLatency = 2 * time.Millisecond })
 	a := h.register("a")
@@ -111,8 +113,14 @@ func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 		})
 	}
 	ctx := context.Background()
+	other := uuid.New() // another tenant's registered server is served as well
+	res, err := h.fleet.Register(ctx, RegisterRequest{TenantID: other, ModuleName: "a", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherA := res.Server.ServerID
 	var refused error
-	taken := 1 // servers registered: "a", and those registered before the node was saturated
+	taken := 2 // servers registered: both "a", and those registered before the node was saturated
 	wait.For(t, "a first registration refused on a saturated node", 30*time.Second, func() bool {
 		_, refused = h.fleet.Register(ctx, RegisterRequest{TenantID: h.tenant, ModuleName: fmt.Sprintf("b%d", taken), Version: "1"})
 		if refused == nil {
@@ -126,8 +134,10 @@ func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 	if got := serverActors(h.fleet); len(got) != taken {
 		t.Fatalf("%d server actors after a refused registration, want %d", len(got), taken)
 	}
-	if _, err := h.fleet.Heartbeat(ctx, h.tenant, a, carrier{}); err != nil {
-		t.Fatalf("a registered server's heartbeat on a saturated node: %v", err)
+	for _, s := range []struct{ tenant, id uuid.UUID }{{h.tenant, a}, {other, otherA}} {
+		if _, err := h.fleet.Heartbeat(ctx, s.tenant, s.id, carrier{}); err != nil {
+			t.Fatalf("a registered server's heartbeat on a saturated node (tenant %v): %v", s.tenant, err)
+		}
 	}
 	if res, err := h.fleet.Register(ctx, RegisterRequest{TenantID: h.tenant, ModuleName: "a", Version: "1"}); err != nil || res.Server.ServerID != a {
 		t.Fatalf("a registered server's re-registration on a saturated node: %+v, %v", res, err)
