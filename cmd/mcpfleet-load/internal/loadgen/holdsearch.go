@@ -8,7 +8,7 @@ import (
 
 // The step-down search for the largest fleet held (issue 14: "250,000, or the largest N it holds, with
 // what breaks next"). When the steady phase did not hold the whole fleet, the run takes an evenly
-// spread tenth of the fleet out at a time (deregistering it: the wheel stops beating those modules, and
+// spread tenth of the registered fleet out at a time (deregistering it: the wheel stops beating those modules, and
 // the rest keep their phases, so the load stays even over H) and runs the steady schedule for a window
 // at each size, until one size is held or half the fleet is gone. It runs last, after the restarts,
 // so that every other figure is the whole fleet's.
@@ -53,9 +53,10 @@ func holdStep(n int) int {
 	return max(step, 1)
 }
 
-// stepsOn says whether the step-down takes step more out of registered servers of a run of n: not
-// below half the run's fleet, nor to none.
-func stepsOn(registered, step, n int) bool { return registered-step >= max(n/2, 1) }
+// stepsOn says whether the step-down takes step more out of registered servers, from a fleet of from
+// when it started: not below half of that, nor to none. (Half the fleet registered, not half the run's
+// N: a node that took in fewer than N — refusing registrations while saturated — is searched as deep.)
+func stepsOn(registered, step, from int) bool { return registered-step >= max(from/2, 1) }
 
 // evenlySpread returns k of items (k ≤ len(items)) spread evenly over them, so that taking them out of
 // the wheel leaves every stretch of H with the same share of beats.
@@ -82,14 +83,15 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 	}
 	window := r.holdWindow()
 	s.Hold.Ran, s.Hold.LimitP99Ms, s.Hold.WindowSeconds = true, limit, window.Seconds()
-	step := holdStep(r.cfg.N)
+	from := len(r.registeredIndexes())
+	step := holdStep(from)
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
-		s.Registration.Registered, step, window)
+		from, step, window)
 	idle := newPhase("hold search") // beats between the windows count nowhere
 	r.cur.Store(idle)
 	for ctx.Err() == nil {
 		reg := r.registeredIndexes()
-		if !stepsOn(len(reg), step, r.cfg.N) {
+		if !stepsOn(len(reg), step, from) {
 			break
 		}
 		out := evenlySpread(reg, step)

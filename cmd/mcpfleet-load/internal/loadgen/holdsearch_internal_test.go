@@ -38,22 +38,25 @@ func TestHoldStep(t *testing.T) {
 	}
 }
 
-// TestStepsOn: the step-down stops before it would take the fleet below half the run's N, or to none.
+// TestStepsOn: the step-down stops before it would take the fleet below half of what it started from, or
+// to none.
 func TestStepsOn(t *testing.T) {
 	for _, tc := range []struct {
-		registered, step, n int
-		want                bool
+		registered, step, from int
+		want                   bool
 	}{
 		{250_000, 25_000, 250_000, true},
 		{150_000, 25_000, 250_000, true}, // to 125,000: half, still on
 		{125_000, 25_000, 250_000, false},
-		{149_000, 25_000, 250_000, false}, // registration failures count: 124,000 is below half
+		{149_000, 25_000, 250_000, false}, // 124,000 is below half
+		{100_000, 10_000, 164_000, true},  // a fleet of 164,000 registered: half is 82,000
+		{90_000, 10_000, 164_000, false},
 		{2, 1, 2, true},
 		{1, 1, 2, false}, // never to none
 		{1, 1, 1, false},
 	} {
-		if got := stepsOn(tc.registered, tc.step, tc.n); got != tc.want {
-			t.Errorf("stepsOn(%d, %d, %d) = %v, want %v", tc.registered, tc.step, tc.n, got, tc.want)
+		if got := stepsOn(tc.registered, tc.step, tc.from); got != tc.want {
+			t.Errorf("stepsOn(%d, %d, %d) = %v, want %v", tc.registered, tc.step, tc.from, got, tc.want)
 		}
 	}
 }
