@@ -30,15 +30,11 @@ import (
 // waiting. The floor keeps a machine busy with other processes from counting: the operating system
 // then delays this process's threads and so its goroutines, but few of them are ready at once.
 //
-// Once saturated, the node stays so until a whole hold (the heartbeat interval H) has passed without a
-// saturated window. Every registered server beats once per H, so a shorter lull — the pause between two
-// waves of registrations, which each saturate the node — says nothing about whether the registered
-// fleet fits; without the hold (measured, README "Benchmark", 250,000) the node admitted servers in
-// such lulls until the registered fleet's heartbeats alone kept goroutines waiting 0.3–1.6 s, far past
-// the threshold: it refused at the knee, not before it.
+// What it does not do (measured, README "Benchmark", 250,000): keep a margin. It refuses at the knee,
+// once the registered fleet's heartbeats alone make goroutines wait; servers admitted in the lulls
+// between registration waves before that add their heartbeats for good.
 type saturation struct {
 	latency time.Duration // the p99 scheduling latency from which the node is saturated; ≤ 0: never
-	hold    int           // samples a node stays saturated after its last saturated window
 	log     *slog.Logger
 	metrics *telemetry.Metrics // where each sample's figures are published; nil: nowhere
 
@@ -53,7 +49,6 @@ type saturation struct {
 	hists   [][]uint64
 	counts  []float64
 	next    int // samples taken
-	hot     int // the sample (1-based) of the last saturated window; 0: none yet
 	buckets []float64
 	samples [3]metrics.Sample
 }
@@ -65,13 +60,11 @@ const (
 	saturationP      = 0.99                   // the latency percentile compared with the threshold
 )
 
-// newSaturation returns a gauge that reports saturation from a p99 scheduling latency of latency,
-// held for hold after the last saturated window (at least one sample); latency ≤ 0 gives one that
-// never does. It measures nothing until sampled (start or observe).
-func newSaturation(latency, hold time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
+// newSaturation returns a gauge that reports saturation from a p99 scheduling latency of latency;
+// latency ≤ 0 gives one that never does. It measures nothing until sampled (start or observe).
+func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
 	n := int(saturationWindow / saturationSample)
-	s := &saturation{latency: latency, hold: max(1, int(hold/saturationSample)), log: log, metrics: metrics,
-		hists: make([][]uint64, n+1), counts: make([]float64, n)}
+	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n)}
 	s.samples[0].Name = "/sched/latencies:seconds"
 	s.samples[1].Name = "/sched/goroutines/runnable:goroutines"
 	s.samples[2].Name = "/sched/gomaxprocs:threads"
@@ -116,16 +109,13 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 	s.runnable.Store(math.Float64bits(mean))
 	s.p99.Store(int64(p99))
 
-	if s.latency > 0 && mean >= saturationFloor && p99 >= s.latency {
-		s.hot = s.next
-	}
-	now := s.hot > 0 && s.next-s.hot < s.hold
+	now := s.latency > 0 && mean >= saturationFloor && p99 >= s.latency
 	s.metrics.NodeLoad(p99, mean, now)
 	if s.saturated.Swap(now) != now && s.log != nil {
 		if now {
 			s.log.Warn("node saturated: first registrations are refused (503) until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency)
 		} else {
-			s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "calm_for", time.Duration(s.hold)*saturationSample)
+			s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10)
 		}
 	}
 }

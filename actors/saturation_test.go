@@ -38,18 +38,15 @@ func (l *latencies) add(n uint64, d time.Duration) *metrics.Float64Histogram {
 }
 
 // The verdict: the p99 of the waits counted in the window reaches the threshold while, on average, at
-// least saturationFloor goroutines per P are ready, and the node stays saturated for the hold after
-// the last such window. Waits older than the window do not count, and neither does a long wait of few
-// goroutines (a machine busy with other processes).
+// least saturationFloor goroutines per P are ready. Waits older than the window do not count, and
+// neither does a long wait of few goroutines (a machine busy with other processes).
 func TestSaturationVerdict(t *testing.T) {
 	n := int(saturationWindow / saturationSample)
-	const hold = 3 * saturationWindow // in samples: 3n
 	type sample struct {
 		fast, slow uint64  // goroutines that waited 1 ms, and 50 ms, since the last sample
 		perP       float64 // ready goroutines per P
 	}
 	repeat := func(k int, s sample) []sample { return slices.Repeat([]sample{s}, k) }
-	calm := sample{100, 0, 8} // many ready goroutines, none waiting long
 	cases := []struct {
 		name    string
 		latency time.Duration
@@ -64,19 +61,15 @@ func TestSaturationVerdict(t *testing.T) {
 		{"the floor is a mean over the window", 25 * time.Millisecond, append(repeat(n-1, sample{0, 100, 0}), sample{0, 100, saturationFloor * float64(n)}), true},
 		{"2 in 100 slow: the p99 is slow", 25 * time.Millisecond, append([]sample{{}}, sample{98, 2, 8 * float64(n)}), true},
 		{"1 in 100 slow: the p99 is fast", 25 * time.Millisecond, append([]sample{{}}, sample{99, 1, 8 * float64(n)}), false},
-		{"slow waits still in the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n-1, calm)...), true},
-		// The slow waits leave the window after n calm samples; the hold then runs 3n samples from
-		// the last saturated window (the n-1th calm sample).
-		{"held after the slow waits left the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n-1+3*n-1, calm)...), true},
-		{"a whole hold calm", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n-1+3*n, calm)...), false},
-		{"the hold runs from the last saturated window", 25 * time.Millisecond, slices.Concat(repeat(n+1, sample{0, 100, 8}), repeat(2*n, calm), repeat(n+1, sample{0, 100, 8}), repeat(n-1+3*n-1, calm)), true},
+		{"slow waits still in the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n-1, sample{100, 0, 8})...), true},
+		{"slow waits that left the window", 25 * time.Millisecond, append(repeat(n, sample{0, 100, 8}), repeat(n, sample{100, 0, 8})...), false},
 		{"a threshold above the waits", 100 * time.Millisecond, repeat(n+1, sample{0, 100, 8}), false},
 		{"threshold 0: never", 0, repeat(n+1, sample{0, 100, 100}), false},
 		{"negative threshold: never", -1, repeat(n+1, sample{0, 100, 100}), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newSaturation(c.latency, hold, nil, nil)
+			s := newSaturation(c.latency, nil, nil)
 			var h latencies
 			h.add(0, 0)
 			for _, v := range c.samples {
@@ -102,7 +95,7 @@ func TestSaturationVerdict(t *testing.T) {
 // TestSaturatedNodeRefusesFirstRegistrations: while the process's goroutines wait for a CPU (goroutines
 // that each compute for a millisecond stand in for a node's queued requests), a module's first registration
 // is refused with ErrSaturated and starts nothing; registered servers' heartbeats (of both tenants) and a
-// re-registration are served. Once the spinning ends and a calm hold (H) has passed, the module registers.
+// re-registration are served. Once the spinning ends, the module registers.
 func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SaturationLatency = 2 * time.Millisecond })
 	a := h.register("a")

@@ -306,7 +306,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
-		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, cfg.HeartbeatInterval, log, deps.Metrics),
+		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, log, deps.Metrics),
 	}
 	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps
