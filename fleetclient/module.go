@@ -344,18 +344,14 @@ func (m *Module) nextWait() time.Duration {
 
 // backoff is the wait before retry number attempt (0-based): exponential
 // from MinBackoff with equal jitter, capped at MaxBackoff and, if capAt > 0,
-// at capAt; a longer Retry-After in err wins, up to MaxRetryAfter.
+// at capAt; a longer Retry-After in err wins, up to MaxRetryAfter (RetryWait).
 func (m *Module) backoff(attempt int, err error, capAt time.Duration) time.Duration {
 	d := m.opts.MinBackoff << min(attempt, 20)
 	d = min(d, m.opts.MaxBackoff)
 	if capAt > 0 {
 		d = min(d, capAt)
 	}
-	d = d/2 + rand.N(d/2+1)
-	if ra := RetryAfter(err); ra > d {
-		d = min(ra, m.opts.MaxRetryAfter)
-	}
-	return d
+	return RetryWait(err, d/2+rand.N(d/2+1), m.opts.MaxRetryAfter)
 }
 
 func (m *Module) emit(ev ModuleEvent) {

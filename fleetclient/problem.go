@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -133,6 +134,19 @@ func RetryAfter(err error) time.Duration {
 		return pe.RetryAfter
 	}
 	return 0
+}
+
+// RetryWait is how long to wait before trying again after err, when the caller's own backoff chose d:
+// the answer's Retry-After instead when it is longer (at most limit), plus up to a second at random.
+// Retry-After counts whole seconds, so clients refused in the same instant that waited exactly what it
+// said would come back in one instant of a later second, however the server spreads its values — and
+// a clump of retries refused again stays a clump; the second at random spreads them inside the
+// resolution the header cannot express.
+func RetryWait(err error, d, limit time.Duration) time.Duration {
+	if ra := RetryAfter(err); ra > d {
+		return min(ra, limit) + rand.N(time.Second)
+	}
+	return d
 }
 
 // DecodeError is a 2xx answer whose body did not decode as the contract says.

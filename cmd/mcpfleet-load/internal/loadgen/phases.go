@@ -96,7 +96,8 @@ func registerRetry(retried func(error)) retryPolicy {
 var deregisterRetry = retryPolicy{attempts: 4}
 
 // retry calls f while it fails with an error p retries, at most p.attempts times, waiting 100 ms,
-// 200 ms, … (at most 2 s) or the answer's Retry-After (at most 5 s) in between. It returns f's last
+// 200 ms, … (at most 2 s) or the answer's Retry-After (at most 5 s, plus up to a second at random:
+// fleetclient.RetryWait) in between. It returns f's last
 // error when it stops without success (ctx's end included).
 func retry[T any](ctx context.Context, p retryPolicy, f func(context.Context) (T, error)) (T, error) {
 	var zero T
@@ -115,9 +116,7 @@ func retry[T any](ctx context.Context, p retryPolicy, f func(context.Context) (T
 		if a < 5 {
 			d = min(100*time.Millisecond<<a, d)
 		}
-		if ra := fleetclient.RetryAfter(err); ra > d {
-			d = min(ra, 5*time.Second)
-		}
+		d = fleetclient.RetryWait(err, d, 5*time.Second)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
