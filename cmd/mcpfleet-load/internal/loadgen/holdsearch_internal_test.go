@@ -38,25 +38,22 @@ func TestHoldStep(t *testing.T) {
 	}
 }
 
-// TestStepsOn: the step-down stops before it would take the fleet below half of what it started from, or
-// to none.
+// TestStepsOn: the step-down goes on while at least a step would be left — never to none.
 func TestStepsOn(t *testing.T) {
 	for _, tc := range []struct {
-		registered, step, from int
-		want                   bool
+		registered, step int
+		want             bool
 	}{
-		{250_000, 25_000, 250_000, true},
-		{150_000, 25_000, 250_000, true}, // to 125,000: half, still on
-		{125_000, 25_000, 250_000, false},
-		{149_000, 25_000, 250_000, false}, // 124,000 is below half
-		{100_000, 10_000, 164_000, true},  // a fleet of 164,000 registered: half is 82,000
-		{90_000, 10_000, 164_000, false},
-		{2, 1, 2, true},
-		{1, 1, 2, false}, // never to none
-		{1, 1, 1, false},
+		{250_000, 25_000, true},
+		{125_000, 25_000, true}, // below half: the search goes on
+		{50_000, 25_000, true},  // to 25,000: a step left
+		{49_000, 25_000, false},
+		{2, 1, true},
+		{1, 1, false}, // never to none
+		{0, 1, false},
 	} {
-		if got := stepsOn(tc.registered, tc.step, tc.from); got != tc.want {
-			t.Errorf("stepsOn(%d, %d, %d) = %v, want %v", tc.registered, tc.step, tc.from, got, tc.want)
+		if got := stepsOn(tc.registered, tc.step); got != tc.want {
+			t.Errorf("stepsOn(%d, %d) = %v, want %v", tc.registered, tc.step, got, tc.want)
 		}
 	}
 }
