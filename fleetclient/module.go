@@ -40,7 +40,8 @@ type ModuleOptions struct {
 	// wait longer than the interval unless the service asks for it.
 	MinBackoff, MaxBackoff time.Duration
 	// MaxRetryAfter caps how long a Retry-After answer can make the module
-	// wait (default 60 s).
+	// wait (default 60 s), before the up to a second at random every wait
+	// after a Retry-After gets (RetryWait).
 	MaxRetryAfter time.Duration
 	// ReregisterOnDeregistered makes the module register again when a
 	// heartbeat answers 409 server_deregistered (someone deregistered it).
