@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
@@ -57,21 +59,71 @@ func BenchmarkServerMemory(b *testing.B) {
 // start, and returns it, the servers' ids and the live heap before the start (the store's copy of the
 // servers included).
 func loadedFleet(b *testing.B, n int) (*harness, []uuid.UUID, uint64) {
+	return loadedFleetOf(b, n, health.Healthy, nil)
+}
+
+// loadedFleetOf is loadedFleet with servers of status, and mod applied to the fleet's configuration.
+func loadedFleetOf(b *testing.B, n int, status health.Status, mod func(*Config)) (*harness, []uuid.UUID, uint64) {
 	store := newFakeStore()
 	tenant := uuid.New()
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		ids[i] = uuid.New()
 		store.servers[ids[i]] = persistence.Server{ServerID: ids[i], TenantID: tenant, ModuleName: fmt.Sprintf("module-%06d", i),
-			Version: "1.0.0", SupportedProtocols: []string{"2025-06-18"}, Status: health.Healthy}
+			Version: "1.0.0", SupportedProtocols: []string{"2025-06-18"}, Status: status}
 	}
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	h := &harness{t: &testing.T{}, store: store, clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		events: make(chan string, 100), tenant: tenant}
-	h.start(nil)
+	h.start(mod)
 	return h, ids, before.HeapAlloc
+}
+
+// BenchmarkDormantMemory reports what a deregistered server's actor costs while it runs and what its
+// server costs once the actor went asleep (sleep.go): 100,000 deregistered servers loaded at start,
+// each woken by a heartbeat (answered 409), then left quiet. Run it with -benchtime=1x.
+func BenchmarkDormantMemory(b *testing.B) {
+	const n = 100000
+	h, ids, heapBefore := loadedFleetOf(b, n, health.Deregistered, func(c *Config) { c.DormantAfter = 2 * time.Second })
+	defer h.stop()
+	heap := func() float64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapAlloc-heapBefore) / n
+	}
+	dormant, started := heap(), processes(h.fleet.system)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; i < n; i += 32 {
+				if _, err := h.fleet.Heartbeat(context.Background(), h.tenant, ids[i], carrier{}); !errors.Is(err, ErrDeregistered) {
+					b.Errorf("heartbeat of a deregistered server: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	awake := heap()
+	for deadline := time.Now().Add(time.Minute); processes(h.fleet.system) > started; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d actors still running after a minute", processes(h.fleet.system)-started)
+		}
+	}
+	b.ReportMetric(dormant, "loaded-B/server")
+	b.ReportMetric(awake, "awake-B/server")
+	b.ReportMetric(heap(), "asleep-B/server")
+}
+
+// processes is how many processes system's registry holds.
+func processes(system *actor.ActorSystem) int {
+	n := 0
+	for _, m := range system.ProcessRegistry.LocalPIDs.LocalPIDs {
+		n += m.Count()
+	}
+	return n
 }
 
 // BenchmarkMonitorTick is the cost of one monitor pass over a fleet of 100,000 healthy servers loaded

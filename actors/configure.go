@@ -59,7 +59,7 @@ func (f *Fleet) Configure(ctx context.Context, req ConfigureRequest) (persistenc
 	if req.ServerID == uuid.Nil || req.TenantID == uuid.Nil {
 		return persistence.Server{}, errors.New("configure: server and tenant ids are required")
 	}
-	res, err := f.ask(ctx, f.fleet, &configureMsg{req: req, deadline: f.writeDeadline()})
+	res, err := f.askForwarded(ctx, &configureMsg{req: req, deadline: f.writeDeadline()})
 	if err != nil {
 		return persistence.Server{}, err
 	}
@@ -105,7 +105,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 func (a *serverActor) configure(ctx actor.Context, msg *configureMsg) {
 	sender := ctx.Sender()
 	bounce := func(ctx actor.Context) { ctx.RequestWithCustomSender(ctx.Parent(), msg, sender) }
-	if a.retired {
+	if a.retired || a.asleep {
 		bounce(ctx)
 		return
 	}

@@ -20,15 +20,16 @@ import (
 // by anything but the fleet itself. Its supervisor strategy restarts a panicking server actor in place.
 //
 // It shares no state with the server actors: it reads no field of a serverRecord an actor has had (it
-// only hands the record to the producer of each incarnation of its actor; the one exception is a
-// dormant server's, which no actor ever had, leaving the servers gauge in forgetShards) and learns by
-// message what it must know
-// (serverRegistered, removeServer, permitMsg, armMsg).
+// only hands the record to the producer of each incarnation of its actor; the exceptions are the
+// published deadline, dueHint, and the status of a server no actor changes — dormant, or whose actor has
+// told it it went asleep — leaving the servers gauge in forgetShards) and learns by message what it
+// must know (serverRegistered, removeServer, permitMsg, armMsg, asleepMsg).
 type fleetActor struct {
 	deps     *serverDeps
 	entries  map[uuid.UUID]*fleetEntry // every server the fleet runs, with its actor's PID when one is alive
 	byModule map[moduleKey]uuid.UUID
 	removing map[uuid.UUID]bool
+	sleeping map[uuid.UUID]bool // servers whose actor went asleep and has not terminated yet (sleep.go)
 	onEvent  func(event string)
 	stopping bool // the fleet itself is stopping: its children end with it and are not respawned
 
@@ -51,10 +52,12 @@ type fleetActor struct {
 // fleetEntry is the fleet's own view of one server: whether a registration of it has committed (told
 // by serverRegistered), its actor and its deadline bound. rec is the server actor's: the fleet passes it
 // to each incarnation and reads only what never changes after it made it (id, tenantID, key), or the
-// rest while dormant, before any incarnation. One is held per server: it is kept small (32 bytes).
+// rest while no incarnation changes it (dormant, or asleep: sleep.go). One is held per server: it is
+// kept small (32 bytes).
 type fleetEntry struct {
 	registered bool
-	// dormant: the server was loaded from PostgreSQL and nothing has needed its actor yet (see wake).
+	// dormant: the server has no actor and one may be spawned when needed (see wake): it was loaded from
+	// PostgreSQL and nothing has needed its actor yet, or it is deregistered and its actor went asleep.
 	dormant bool
 	armed   int64      // the server's deadline bound in the heap (UnixNano, monitor clock); 0: none
 	pid     *actor.PID // the running incarnation of its actor; nil while it is respawned or dormant
@@ -130,7 +133,7 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 	return actor.PropsFromProducer(func() actor.Actor {
 		f := &fleetActor{
 			deps: deps, entries: map[uuid.UUID]*fleetEntry{},
-			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, onEvent: onEvent,
+			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, sleeping: map[uuid.UUID]bool{}, onEvent: onEvent,
 			monitor: lifecycle.NewMonitor(period, deps.stall), tenants: map[uuid.UUID]int{},
 			silence: lifecycle.NewMassSilence(ms), period: period,
 			waiting: map[uuid.UUID][]*actor.PID{}, asking: map[uuid.UUID]bool{}, spent: map[uuid.UUID]bool{},
@@ -217,6 +220,8 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 		}
 	case *removeServer:
 		f.remove(ctx, msg)
+	case *asleepMsg:
+		f.asleep(msg)
 	case *shardFenced:
 		f.fenced(ctx, msg)
 	case *dropShards:
@@ -366,6 +371,9 @@ func (f *fleetActor) terminated(ctx actor.Context, msg *actor.Terminated) {
 	}
 	if f.removing[id] {
 		delete(f.removing, id)
+		return
+	}
+	if f.fellAsleep(id) {
 		return
 	}
 	e := f.entries[id]

@@ -158,10 +158,11 @@ type serverDeps struct {
 	// nil: always (single-node mode).
 	confirmed atomic.Pointer[func() bool]
 
-	serverProps *actor.Props // every server actor's (newServerProps)
-	workers     *workers     // the server and fleet actors' dispatcher
-	handover    *handover    // records on their way to a new incarnation
-	pids        *pidCache    // the PIDs callers send to server actors with
+	serverProps *actor.Props  // every server actor's (newServerProps)
+	workers     *workers      // the server and fleet actors' dispatcher
+	handover    *handover     // records on their way to a new incarnation
+	pids        *pidCache     // the PIDs callers send to server actors with
+	sleepAfter  time.Duration // Config.DormantAfter
 }
 
 // serverActor owns one server's health state machine. Durable work (registration, transitions,
@@ -191,14 +192,25 @@ type serverActor struct {
 	// Without this, a registration stashed behind a failed one committed the server after the fleet had
 	// forgotten it: a server in PostgreSQL that no actor ran.
 	retired bool
+	// quiet: no message has reached this incarnation since its sleep timer was set (sleep.go); asleep: it
+	// has gone asleep and is stopping — it writes nothing more and hands registrations back to the fleet.
+	quiet, asleep bool
 }
 
 func (a *serverActor) Receive(ctx actor.Context) {
 	handleChaos(ctx)
+	quiet := a.quiet
+	a.quiet = false // any message keeps a deregistered server's actor awake (sleep.go)
 	switch msg := ctx.Message().(type) {
+	case *sleepCheck:
+		a.quiet = quiet
+		a.checkSleep(ctx)
 	case *actor.Started:
 		a.claimRecord(ctx)
 		a.arm(ctx) // a new incarnation: the fleet's bound of the old one may be gone with it
+		if a.rec.row.statusOf() == health.Deregistered {
+			a.sleepLater(ctx) // woken by a stray request: dormant again once it is quiet
+		}
 	case *registerMsg:
 		a.register(ctx, msg)
 	case *configureMsg:
@@ -350,7 +362,7 @@ func pastDeadline(deadline time.Time) error {
 func (a *serverActor) register(ctx actor.Context, msg *registerMsg) {
 	sender := ctx.Sender()
 	bounce := func(ctx actor.Context) { ctx.RequestWithCustomSender(ctx.Parent(), msg, sender) }
-	if a.retired {
+	if a.retired || a.asleep {
 		bounce(ctx)
 		return
 	}
@@ -502,6 +514,7 @@ func (a *serverActor) deregister(ctx actor.Context, msg *deregisterMsg, sender *
 		row := rec.row.server() // the record's has no advertisement; the answer carries what the commit returned
 		row.CapabilityAdvertisement = cmd.Advertisement
 		ctx.Send(sender, &deregisterReply{server: row})
+		a.sleepLater(ctx)
 	})
 }
 

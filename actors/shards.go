@@ -224,9 +224,11 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		}
 		delete(f.entries, id)
 		f.deps.pids.forget(id)
-		if st := e.rec.row.statusOf(); e.dormant && st != "" {
-			// No actor ever had the record: it is the fleet's alone, and so is leaving the servers gauge
-			// (a running actor leaves it on handOff).
+		asleep := f.sleeping[id]
+		delete(f.sleeping, id)
+		if st := e.rec.row.statusOf(); (e.dormant || asleep) && st != "" {
+			// No actor runs the server, or its actor has gone asleep (sleep.go) and changes its record no
+			// more: the fleet leaves the servers gauge for it (a running actor leaves it on handOff).
 			f.deps.metrics.ServerStatus(st, "")
 		}
 		f.tenants[e.rec.tenantID()]--

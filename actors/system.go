@@ -49,6 +49,9 @@ type Config struct {
 	AlertWebhookSecret string
 	Flap               FlapConfig        // flapping detection; defaults 15 min, 4 transitions
 	MassSilence        MassSilenceConfig // off unless Fraction > 0
+	// DormantAfter is how long a deregistered server's actor lives on without a message before it stops
+	// and the server goes dormant (sleep.go); default 1 min.
+	DormantAfter time.Duration
 	// Sharded is cluster mode: the fleet starts owning no shard and runs only the servers of the
 	// shards SetOwned gives it. Off (single-node mode) it owns every shard from the start.
 	Sharded bool
@@ -71,6 +74,7 @@ func (c *Config) defaults() {
 	}
 	c.Flap = c.Flap.WithDefaults()
 	c.MassSilence.Min = config.Or(c.MassSilence.Min, config.DefaultMassSilenceMin)
+	c.DormantAfter = config.Or(c.DormantAfter, defaultDormantAfter)
 }
 
 // Store is the persistence the actors need.
@@ -306,7 +310,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
 		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
-		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, log, deps.Metrics),
+		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, log, deps.Metrics), sleepAfter: cfg.DormantAfter,
 	}
 	sdeps.serverProps = newServerProps(sdeps)
 	f.stall, f.sdeps = sdeps.stall, sdeps
@@ -422,7 +426,7 @@ func (f *Fleet) ReadyAt() time.Time { return f.readyAt }
 
 // Register registers or re-registers a module. It returns after the registration committed.
 func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
-	res, err := f.ask(ctx, f.fleet, &registerMsg{req: req, deadline: f.writeDeadline()})
+	res, err := f.askForwarded(ctx, &registerMsg{req: req, deadline: f.writeDeadline()})
 	if err != nil {
 		return RegisterResult{}, err
 	}
@@ -538,6 +542,17 @@ func (f *Fleet) noActor(ctx context.Context, tenantID, serverID uuid.UUID, first
 		return false, fmt.Errorf("%w: the server's shard is owned by another process", ErrUnavailable)
 	}
 	return false, ErrNotFound
+}
+
+// askForwarded asks the fleet actor with msg, which it forwards to a server's actor. A dead letter means
+// that actor stopped between the forward and the message's arrival (it went asleep: sleep.go), so
+// nothing ran: ErrUnavailable, and the caller tries again.
+func (f *Fleet) askForwarded(ctx context.Context, msg any) (any, error) {
+	res, err := f.ask(ctx, f.fleet, msg)
+	if errors.Is(err, actor.ErrDeadLetter) {
+		return nil, fmt.Errorf("%w: the server's actor stopped before it took the request; nothing was recorded", ErrUnavailable)
+	}
+	return res, err
 }
 
 func (f *Fleet) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {

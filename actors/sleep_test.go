@@ -1,0 +1,127 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/health"
+)
+
+func TestDecideSleep(t *testing.T) {
+	for _, c := range []struct {
+		status            health.Status
+		quiet, idle, gone bool
+		want              sleepDecision
+	}{
+		{health.Deregistered, true, true, false, goAsleep},
+		{health.Deregistered, false, true, false, checkLater}, // spoken to since the timer
+		{health.Deregistered, true, false, false, checkLater}, // a write in flight or work stashed
+		{health.Deregistered, true, true, true, stayAwake},    // already asleep, retired or replaced
+		{health.Healthy, true, true, false, stayAwake},        // registered again
+		{health.Degraded, true, true, false, stayAwake},
+		{health.Unhealthy, true, true, false, stayAwake}, // silent, not gone: the monitor still judges it
+	} {
+		if got := decideSleep(c.status, c.quiet, c.idle, c.gone); got != c.want {
+			t.Errorf("decideSleep(%s, quiet %v, idle %v, gone %v) = %d, want %d", c.status, c.quiet, c.idle, c.gone, got, c.want)
+		}
+	}
+}
+
+// A deregistered server's actor stops once quiet; the server stays known: a heartbeat wakes it and is
+// answered as a deregistered server's, and a registration brings it back under the same id.
+func TestDeregisteredServerGoesDormant(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DormantAfter = 20 * time.Millisecond })
+	ctx := context.Background()
+	id := h.register("sleeper")
+	if _, err := h.fleet.Deregister(ctx, h.tenant, id, carrier{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent("server_asleep")
+	if h.fleet.sdeps.pids.has(id) {
+		t.Fatal("the PID of a server whose actor went asleep is still cached")
+	}
+	if _, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{}); !errors.Is(err, ErrDeregistered) {
+		t.Fatalf("heartbeat of a dormant deregistered server: %v, want %v", err, ErrDeregistered)
+	}
+	h.waitEvent("server_asleep") // woken by the heartbeat, asleep again once quiet
+	if got := h.register("sleeper"); got != id {
+		t.Fatalf("re-registration got server %s, want %s", got, id)
+	}
+	if res, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{}); err != nil || res.Status != health.Healthy {
+		t.Fatalf("heartbeat after re-registration: %+v, %v", res, err)
+	}
+	wantStatuses(t, h.statuses(id), health.Deregistered) // a registration is not a transition
+}
+
+// Registrations, heartbeats and deregistrations racing a server's actor going asleep are each answered —
+// done, or ErrUnavailable while the actor stops (the caller tries again) — and never run on two
+// incarnations at once (the race detector watches the record).
+func TestSleepRacesRequests(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DormantAfter = time.Millisecond })
+	ctx := context.Background()
+	retry := func(what string, f func() error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			err := f()
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for m := range 8 {
+		wg.Go(func() {
+			module := fmt.Sprintf("racer-%d", m)
+			var id uuid.UUID
+			for range 100 {
+				retry("register", func() error {
+					res, err := h.fleet.Register(ctx, RegisterRequest{TenantID: h.tenant, ModuleName: module, Version: "1"})
+					id = res.Server.ServerID
+					return err
+				})
+				retry("heartbeat", func() error {
+					res, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{})
+					if err == nil && res.Status != health.Healthy {
+						return fmt.Errorf("registered server answered %s", res.Status)
+					}
+					return err
+				})
+				retry("deregister", func() error {
+					_, err := h.fleet.Deregister(ctx, h.tenant, id, carrier{})
+					return err
+				})
+				time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond) // land anywhere in the sleep's steps
+				retry("heartbeat of the deregistered server", func() error {
+					_, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{})
+					switch {
+					case err == nil:
+						return errors.New("a deregistered server's heartbeat was accepted")
+					case errors.Is(err, ErrDeregistered):
+						return nil
+					}
+					return err
+				})
+			}
+		})
+	}
+	wg.Wait()
+	slept := 0
+	for len(h.events) > 0 {
+		if <-h.events == "server_asleep" {
+			slept++
+		}
+	}
+	if slept == 0 {
+		t.Fatal("no server went asleep: the race was not run")
+	}
+}
