@@ -37,6 +37,10 @@ const defaultDormantAfter = time.Minute
 // sleepCheck is the actor's timer: see whether the server can go dormant.
 type sleepCheck struct{}
 
+// IgnoreDeadLetterLogging keeps a timer that fires after its actor stopped otherwise (its shard handed
+// off, the fleet stopped) out of protoactor's dead-letter log: there is nothing left to check.
+func (*sleepCheck) IgnoreDeadLetterLogging() {}
+
 // asleepMsg tells the fleet that incarnation pid of server id has gone asleep and is stopping.
 type asleepMsg struct {
 	id  uuid.UUID
