@@ -221,7 +221,7 @@ func (f *fleetActor) Receive(ctx actor.Context) {
 	case *removeServer:
 		f.remove(ctx, msg)
 	case *asleepMsg:
-		f.asleep(msg)
+		f.asleep(ctx, msg)
 	case *shardFenced:
 		f.fenced(ctx, msg)
 	case *dropShards:

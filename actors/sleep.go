@@ -19,19 +19,21 @@ import (
 // The server actor decides (it alone knows it is idle), the fleet follows:
 //  1. sleepCheck, DormantAfter after the deregistration committed (or after the start of an incarnation
 //     of a deregistered server): if the server is still deregistered, idle, with nothing stashed and no
-//     message since the timer was set, the actor goes asleep — it tells the fleet (asleepMsg) and poisons
-//     itself; otherwise it sets the timer again, or, registered again, sets none.
-//  2. Asleep, it writes nothing more: what reaches it before the poison is answered as a deregistered
-//     server answers (read-only), and a registration or configuration the fleet forwarded before it
-//     read asleepMsg is handed back to the fleet, as by a retired server (serverActor.retired).
+//     message since the timer was set, the actor goes asleep and tells the fleet (asleepMsg); otherwise
+//     it sets the timer again, or, registered again, sets none.
+//  2. Asleep, it writes nothing more: what reaches it is answered as a deregistered server answers
+//     (read-only), and a registration or configuration the fleet forwarded before it read asleepMsg is
+//     handed back to the fleet, as by a retired server (serverActor.retired).
 //  3. The fleet, on asleepMsg from the running incarnation, stops sending to it (its PID leaves the
-//     entry and the PID cache), and on its Terminated marks the server dormant. In between, a request
-//     for the server is answered ErrUnavailable, as during a respawn; after, it wakes a new incarnation
-//     over the same record — never two at once, so the record has one owner at a time. A registration
-//     the fleet forwarded after the poison finds no actor and is answered ErrUnavailable too
-//     (Fleet.askForwarded). A message that reaches the mailbox between the poison and protoactor's removal
-//     of the process is dropped by protoactor, as for any actor that stops (a shard handed off): its
-//     caller is answered ErrUnavailable when its wait ends. Nothing is acknowledged that did not happen.
+//     entry and the PID cache) and poisons it — the fleet, not the actor: its Terminated (a system
+//     message, which protoactor handles before any user message waiting) then never reaches the fleet
+//     before the asleepMsg it must be matched with, which would read as a crash and respawn the actor.
+//     On the Terminated the fleet marks the server dormant. In between, a request for the server is
+//     answered ErrUnavailable, as during a respawn; after, it wakes a new incarnation over the same
+//     record — never two at once, so the record has one owner at a time. A message that reaches the
+//     mailbox between the poison and protoactor's removal of the process is dropped by protoactor, as for
+//     any actor that stops (a shard handed off): its caller is answered ErrUnavailable when its wait ends.
+//     Nothing is acknowledged that did not happen.
 const defaultDormantAfter = time.Minute
 
 // sleepCheck is the actor's timer: see whether the server can go dormant.
@@ -41,7 +43,7 @@ type sleepCheck struct{}
 // off, the fleet stopped) out of protoactor's dead-letter log: there is nothing left to check.
 func (*sleepCheck) IgnoreDeadLetterLogging() {}
 
-// asleepMsg tells the fleet that incarnation pid of server id has gone asleep and is stopping.
+// asleepMsg tells the fleet that incarnation pid of server id has gone asleep: the fleet stops it.
 type asleepMsg struct {
 	id  uuid.UUID
 	pid *actor.PID
@@ -85,13 +87,13 @@ func (a *serverActor) checkSleep(ctx actor.Context) {
 	case goAsleep:
 		a.asleep = true
 		ctx.Send(ctx.Parent(), &asleepMsg{id: a.rec.id(), pid: ctx.Self()})
-		ctx.Poison(ctx.Self())
 	}
 }
 
-// asleep is the fleet's half of step 3 on asleepMsg: a message from an incarnation it no longer runs
-// (respawned since, or forgotten with its shard) changes nothing.
-func (f *fleetActor) asleep(msg *asleepMsg) {
+// asleep is the fleet's half of step 3 on asleepMsg. A message from an incarnation it no longer runs
+// changes nothing: that one has stopped already (respawned since), or is told to by handOff (forgotten
+// with its shard).
+func (f *fleetActor) asleep(ctx actor.Context, msg *asleepMsg) {
 	e := f.entries[msg.id]
 	if e == nil || e.pid == nil || !e.pid.Equal(msg.pid) {
 		return
@@ -99,6 +101,7 @@ func (f *fleetActor) asleep(msg *asleepMsg) {
 	e.pid = nil
 	f.deps.pids.forget(msg.id)
 	f.sleeping[msg.id] = true
+	ctx.Poison(msg.pid)
 }
 
 // fellAsleep is the end of step 3, on the Terminated of a server that went asleep: it is dormant now.

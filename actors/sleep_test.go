@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/health"
@@ -123,5 +124,39 @@ func TestSleepRacesRequests(t *testing.T) {
 	}
 	if slept == 0 {
 		t.Fatal("no server went asleep: the race was not run")
+	}
+}
+
+// A registration that reaches a server's actor after it went asleep is handed back to the fleet and
+// answered (ErrUnavailable: the caller tries again), not started on an actor about to stop, whose
+// write's answer would be lost with it. The actor's mailbox is suspended while the sleep check and the
+// registration are queued, so the registration is handled after the actor went asleep, before its poison.
+func TestAsleepActorHandsRegistrationBack(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DormantAfter = time.Hour }) // the test sends the check itself
+	ctx := context.Background()
+	id := h.register("late")
+	if _, err := h.fleet.Deregister(ctx, h.tenant, id, carrier{}); err != nil {
+		t.Fatal(err)
+	}
+	root, pid := h.fleet.system.Root, h.fleet.serverPID(id)
+	proc, ok := h.fleet.system.ProcessRegistry.Get(pid)
+	if !ok {
+		t.Fatal("no actor for the deregistered server")
+	}
+	proc.SendSystemMessage(pid, &actor.SuspendMailbox{}) // system messages run first: nothing below runs before it
+	root.Send(pid, &sleepCheck{})
+	req := RegisterRequest{TenantID: h.tenant, ModuleName: "late", Version: "1"}
+	fut := root.RequestFuture(pid, &registerMsg{req: req, deadline: h.fleet.writeDeadline()}, 3*time.Second)
+	proc.SendSystemMessage(pid, &actor.ResumeMailbox{})
+	res, err := fut.Result()
+	if err != nil {
+		t.Fatalf("the registration queued behind the sleep check was not answered: %v", err)
+	}
+	if r := res.(*registerReply); !errors.Is(r.err, ErrUnavailable) {
+		t.Fatalf("registration queued behind the sleep check: %+v, want ErrUnavailable", r)
+	}
+	h.waitEvent("server_asleep")
+	if got := h.register("late"); got != id {
+		t.Fatalf("re-registration got server %s, want %s", got, id)
 	}
 }
