@@ -48,6 +48,14 @@ func TestDeregisteredServerGoesDormant(t *testing.T) {
 	if h.fleet.sdeps.pids.has(id) {
 		t.Fatal("the PID of a server whose actor went asleep is still cached")
 	}
+	// Another tenant's guess of the id is answered as an unknown server's and wakes nothing: the fleet
+	// spawns an actor (and caches its PID) before it answers a lookup that woke one.
+	if _, err := h.fleet.Heartbeat(ctx, uuid.New(), id, carrier{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's heartbeat of a dormant server: %v, want %v", err, ErrNotFound)
+	}
+	if h.fleet.sdeps.pids.has(id) {
+		t.Fatal("another tenant's heartbeat woke the dormant server")
+	}
 	if _, err := h.fleet.Heartbeat(ctx, h.tenant, id, carrier{}); !errors.Is(err, ErrDeregistered) {
 		t.Fatalf("heartbeat of a dormant deregistered server: %v, want %v", err, ErrDeregistered)
 	}
