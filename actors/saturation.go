@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -30,6 +31,15 @@ import (
 // waiting. The floor keeps a machine busy with other processes from counting: the operating system
 // then delays this process's threads and so its goroutines, but few of them are ready at once.
 //
+// A refused first registration is held first (hold): it waits, at most saturationHold, for the node to
+// stop being saturated and then goes in, so that a fleet re-registering at once goes in as the node's
+// lulls allow rather than after each module's Retry-After (measured, README "Benchmark": at 100,000 the
+// modules' waits, not the CPU, bounded the registration rate). At most saturationHolders wait at once;
+// the others are refused at once. Held registrations go in at most saturationReleases per sample that
+// finds the node not saturated — the target rate of a fleet re-registering, 5,000/s — not all at once:
+// on a node at its knee, where lulls are short, a lull of one sample lets in 50 new servers, not every
+// held one.
+//
 // What it does not do (measured, README "Benchmark", 250,000): keep a margin. It refuses at the knee,
 // once the registered fleet's heartbeats alone make goroutines wait; servers admitted in the lulls
 // between registration waves before that add their heartbeats for good.
@@ -43,6 +53,16 @@ type saturation struct {
 	p99       atomic.Int64
 	runnable  atomic.Uint64
 	saturated atomic.Bool
+
+	// tick is closed after each sample (and replaced): what a held registration waits on. releases is
+	// how many held registrations may still go in until the next sample while the node is not
+	// saturated: saturationReleases after each sample that found it so (set before tick is closed).
+	// holding counts the registrations holding; holdFor is how long one may (saturationHold; tests
+	// shorten it).
+	tick     atomic.Pointer[chan struct{}]
+	releases atomic.Int64
+	holding  atomic.Int64
+	holdFor  time.Duration
 
 	// The sampler's own: the last samples, rings of window+1 cumulative latency histograms (the
 	// window's latencies are the newest minus the oldest) and of window ready counts.
@@ -58,13 +78,20 @@ const (
 	saturationWindow = 500 * time.Millisecond // the samples a verdict takes in
 	saturationFloor  = 4.0                    // mean ready goroutines per P below which a node is never saturated
 	saturationP      = 0.99                   // the latency percentile compared with the threshold
+
+	saturationHold     = 2 * time.Second // how long a refused first registration waits for the node to open
+	saturationHolders  = 512             // how many wait at once, at most; past it they are refused at once
+	saturationReleases = 50              // held registrations let in per open sample: 5,000/s, the target rate
 )
 
 // newSaturation returns a gauge that reports saturation from a p99 scheduling latency of latency;
 // latency ≤ 0 gives one that never does. It measures nothing until sampled (start or observe).
 func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
 	n := int(saturationWindow / saturationSample)
-	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n)}
+	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n), holdFor: saturationHold}
+	tick := make(chan struct{})
+	s.tick.Store(&tick)
+	s.releases.Store(saturationReleases)
 	s.samples[0].Name = "/sched/latencies:seconds"
 	s.samples[1].Name = "/sched/goroutines/runnable:goroutines"
 	s.samples[2].Name = "/sched/gomaxprocs:threads"
@@ -111,9 +138,15 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 
 	now := s.latency > 0 && mean >= saturationFloor && p99 >= s.latency
 	s.metrics.NodeLoad(p99, mean, now)
-	if s.saturated.Swap(now) != now && s.log != nil {
+	changed := s.saturated.Swap(now) != now
+	if !now {
+		s.releases.Store(saturationReleases) // a saturated node's are not read
+	}
+	next := make(chan struct{})
+	close(*s.tick.Swap(&next)) // after the verdict and the releases: whoever it wakes reads them
+	if changed && s.log != nil {
 		if now {
-			s.log.Warn("node saturated: first registrations are refused (503) until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency)
+			s.log.Warn("node saturated: first registrations are held, then refused (503), until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency)
 		} else {
 			s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10)
 		}
@@ -147,6 +180,53 @@ func (s *saturation) percentile(newest, oldest []uint64) time.Duration {
 		}
 	}
 	return 0
+}
+
+// holdUntil is when a registration refused now, for a caller waiting until ctx's deadline, stops being
+// held: s.holdFor from now, or sooner to leave the caller half the time it has left for the registration
+// itself (a forwarded one has cluster.ForwardTimeout in all; past it, its sender takes the owner for
+// silent).
+func (s *saturation) holdUntil(ctx context.Context) time.Time {
+	now := time.Now()
+	until := now.Add(s.holdFor)
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now) < 2*s.holdFor {
+		until = now.Add(dl.Sub(now) / 2)
+	}
+	return until
+}
+
+// hold waits for the node to stop being saturated and for one of its releases, at most until until, and
+// reports whether it got them (the refused registration may then try again); false also when ctx ends,
+// until has passed or saturationHolders already wait. A nil gauge, or one not saturated with a release
+// left, returns true at once.
+func (s *saturation) hold(ctx context.Context, until time.Time) bool {
+	if s == nil {
+		return true
+	}
+	left := time.Until(until)
+	if left <= 0 {
+		return false
+	}
+	if s.holding.Add(1) > saturationHolders {
+		s.holding.Add(-1)
+		return false
+	}
+	defer s.holding.Add(-1)
+	t := time.NewTimer(left)
+	defer t.Stop()
+	for {
+		tick := *s.tick.Load() // before the verdict: a sample that changes it closes this one
+		if !s.saturated.Load() && s.releases.Add(-1) >= 0 {
+			return true
+		}
+		select {
+		case <-tick:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // refusal is the answer to new work (a module's first registration) arriving now: nil, or

@@ -92,10 +92,115 @@ func TestSaturationVerdict(t *testing.T) {
 	}
 }
 
+// saturate drives s's verdict with a full window of slow waits (hot) or of fast ones, as the sampler would.
+func saturate(s *saturation, h *latencies, hot bool) {
+	for range int(saturationWindow/saturationSample) + 1 {
+		if hot {
+			s.observe(h.add(100, 50*time.Millisecond), 8)
+		} else {
+			s.observe(h.add(100, time.Millisecond), 8)
+		}
+	}
+}
+
+// A refused registration's hold: it waits while the node is saturated and ends, true, when a sample finds
+// the node open (at once when it is open); at most saturationReleases go per open sample, the others wait
+// for the next; it ends false when its time is up, its caller goes away or too many wait.
+func TestSaturationHold(t *testing.T) {
+	far := func() time.Time { return time.Now().Add(time.Minute) }
+	s := newSaturation(25*time.Millisecond, nil, nil)
+	var h latencies
+	h.add(0, 0)
+	if !s.hold(context.Background(), far()) {
+		t.Fatal("a hold on an open node did not end at once, true")
+	}
+
+	saturate(s, &h, true)
+	if s.refusal() == nil {
+		t.Fatal("the node is not saturated: the test proves nothing")
+	}
+	const held = saturationReleases + 1
+	done := make(chan bool, held)
+	for range held {
+		go func() { done <- s.hold(context.Background(), far()) }()
+	}
+	wait.For(t, "the registrations held", 10*time.Second, func() bool { return s.holding.Load() == held })
+	if len(done) != 0 {
+		t.Fatalf("%d holds ended while the node was saturated", len(done))
+	}
+	s.observe(h.add(100, time.Millisecond), 8) // slow waits still in the window: saturated
+	if len(done) != 0 || s.holding.Load() != held {
+		t.Fatalf("a sample that found the node saturated released %d holds", len(done))
+	}
+	for s.saturated.Load() { // fast waits until a sample finds the node open: one sample's releases
+		s.observe(h.add(100, time.Millisecond), 8)
+	}
+	wait.For(t, "a hold that found no release left", 10*time.Second, func() bool { return s.releases.Load() < 0 })
+	for range saturationReleases {
+		if !<-done {
+			t.Fatal("a hold ended false when the node opened")
+		}
+	}
+	if n := s.holding.Load(); n != 1 || len(done) != 0 {
+		t.Fatalf("one open sample released %d holds, want saturationReleases (%d)", held-n, saturationReleases)
+	}
+	s.observe(h.add(100, time.Millisecond), 8) // the next open sample
+	if !<-done {
+		t.Fatal("the last hold ended false at the next open sample")
+	}
+
+	saturate(s, &h, true)
+	if s.hold(context.Background(), time.Now().Add(20*time.Millisecond)) {
+		t.Fatal("a hold on a saturated node ended true at its time limit")
+	}
+	if s.hold(context.Background(), time.Now().Add(-time.Millisecond)) {
+		t.Fatal("a hold whose time had passed ended true")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s.hold(ctx, far()) {
+		t.Fatal("the hold of a caller that went away ended true")
+	}
+	s.holding.Store(saturationHolders) // as many as may wait are waiting
+	if s.hold(context.Background(), far()) {
+		t.Fatal("a hold past saturationHolders ended true")
+	}
+	if n := s.holding.Load(); n != saturationHolders {
+		t.Fatalf("a refused hold left %d holding, want %d", n, saturationHolders)
+	}
+	s.holding.Store(0)
+
+	var none *saturation
+	if !none.hold(context.Background(), far()) {
+		t.Fatal("a nil gauge's hold ended false")
+	}
+}
+
+// A hold leaves a caller with a deadline half its time for the registration (a forwarded request's
+// sender gives up at cluster.ForwardTimeout), and is holdFor otherwise.
+func TestSaturationHoldUntil(t *testing.T) {
+	s := newSaturation(25*time.Millisecond, nil, nil)
+	before := time.Now()
+	if got := s.holdUntil(context.Background()); got.Before(before.Add(saturationHold)) || got.After(time.Now().Add(saturationHold)) {
+		t.Fatalf("without a deadline the hold ends in %v, want %v", got.Sub(before), saturationHold)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	if got := s.holdUntil(ctx); dl.Sub(got) < 1400*time.Millisecond {
+		t.Fatalf("with 3 s left the hold leaves %v for the registration, want 1.5 s", dl.Sub(got))
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	if got := s.holdUntil(long); got.After(time.Now().Add(saturationHold)) {
+		t.Fatalf("with an hour left the hold ends in %v, past %v", time.Until(got), saturationHold)
+	}
+}
+
 // TestSaturatedNodeRefusesFirstRegistrations: while the process's goroutines wait for a CPU (goroutines
 // that each compute for a millisecond stand in for a node's queued requests), a module's first registration
-// is refused with ErrSaturated and starts nothing; registered servers' heartbeats (of both tenants) and a
-// re-registration are served. Once the spinning ends, the module registers.
+// is held and then refused with ErrSaturated, and starts nothing; registered servers' heartbeats (of both
+// tenants) and a re-registration are served. A first registration held when the spinning ends goes in.
 func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SaturationLatency = 2 * time.Millisecond })
 	a := h.register("a")
@@ -119,6 +224,7 @@ func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherA := res.Server.ServerID
+	h.fleet.sdeps.load.holdFor = 10 * time.Millisecond // refused after a short hold, which ends with the node still saturated
 	var refused error
 	taken := 2 // servers registered: both "a", and those registered before the node was saturated
 	wait.For(t, "a first registration refused on a saturated node", 30*time.Second, func() bool {
@@ -146,10 +252,21 @@ func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 		t.Fatal("the node stopped being saturated before the registered server was served: the test proved nothing")
 	}
 
+	// A first registration refused now is held: it goes in once the node opens, its caller never asked again.
+	load := h.fleet.sdeps.load
+	load.holdFor = time.Minute
+	held := make(chan error, 1)
+	go func() {
+		_, err := h.fleet.Register(ctx, RegisterRequest{TenantID: h.tenant, ModuleName: "held", Version: "1"})
+		held <- err
+	}()
+	wait.For(t, "the registration held, or taken in a lull", 30*time.Second, func() bool { return load.holding.Load() == 1 || len(held) == 1 })
+	if load.holding.Load() != 1 {
+		t.Fatalf("the registration was answered (%v) before the node opened, not held", <-held)
+	}
 	stop.Store(true)
 	spinners.Wait()
-	wait.For(t, "the first registration taken once the node is not saturated", 30*time.Second, func() bool {
-		_, err := h.fleet.Register(ctx, RegisterRequest{TenantID: h.tenant, ModuleName: fmt.Sprintf("b%d", taken), Version: "1"})
-		return err == nil
-	})
+	if err := <-held; err != nil {
+		t.Fatalf("the held registration, once the node opened: %v", err)
+	}
 }

@@ -424,14 +424,27 @@ func (f *Fleet) sendLoad(all []*serverRecord, arm *armLoaded) error {
 // ReadyAt is when the fleet finished loading: the start of restart grace.
 func (f *Fleet) ReadyAt() time.Time { return f.readyAt }
 
-// Register registers or re-registers a module. It returns after the registration committed.
+// Register registers or re-registers a module. It returns after the registration committed. A first
+// registration the saturated node refuses is held for the node to open (saturation.hold) and tried again;
+// ErrSaturated only once the hold ends with the node still saturated (or too many are held already).
 func (f *Fleet) Register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
-	res, err := f.askForwarded(ctx, &registerMsg{req: req, deadline: f.writeDeadline()})
-	if err != nil {
-		return RegisterResult{}, err
+	var until time.Time // the hold's end, from the first refusal
+	for {
+		res, err := f.askForwarded(ctx, &registerMsg{req: req, deadline: f.writeDeadline()})
+		if err != nil {
+			return RegisterResult{}, err
+		}
+		r := res.(*registerReply)
+		if errors.Is(r.err, ErrSaturated) {
+			if until.IsZero() {
+				until = f.sdeps.load.holdUntil(ctx)
+			}
+			if f.sdeps.load.hold(ctx, until) {
+				continue
+			}
+		}
+		return r.res, r.err
 	}
-	r := res.(*registerReply)
-	return r.res, r.err
 }
 
 // Heartbeat accepts a heartbeat for serverID from tenantID. A server that was not healthy is recovered,
