@@ -258,7 +258,7 @@ func fleetError(err error) error {
 	case errors.Is(err, actors.ErrDeregistered):
 		return problem(http.StatusConflict, "server_deregistered", "this server deregistered: register again to get it back (the same server_id is returned)")
 	case errors.Is(err, actors.ErrSaturated):
-		p := problem(http.StatusServiceUnavailable, "node_saturated", "this node has more work ready than its CPUs run: it takes no new servers until it has not (registered servers are served as ever); nothing was recorded: retry after Retry-After")
+		p := problem(http.StatusServiceUnavailable, "node_saturated", "this node has more work ready than its CPUs run, and still had after holding this registration up to 2 s: it takes no new servers until it has not (registered servers are served as ever); nothing was recorded: retry after Retry-After")
 		p.RetryAfter, p.Err = saturatedRetry(), err
 		return p
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrNotOwner):
