@@ -153,13 +153,19 @@ func TestSaturationHold(t *testing.T) {
 	if s.hold(context.Background(), time.Now().Add(20*time.Millisecond)) {
 		t.Fatal("a hold on a saturated node ended true at its time limit")
 	}
-	if s.hold(context.Background(), time.Now().Add(-time.Millisecond)) {
-		t.Fatal("a hold whose time had passed ended true")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if s.hold(ctx, far()) {
+	gone := make(chan bool, 1)
+	go func() { gone <- s.hold(ctx, far()) }() // without the caller's end it would wait its minute
+	wait.For(t, "the hold of a caller that went away to end", 10*time.Second, func() bool { return len(gone) == 1 })
+	if <-gone {
 		t.Fatal("the hold of a caller that went away ended true")
+	}
+
+	// The two refusals before any wait hold on an open node too, where a wait would end true at once.
+	saturate(s, &h, false)
+	if s.hold(context.Background(), time.Now().Add(-time.Millisecond)) {
+		t.Fatal("a hold whose time had passed ended true")
 	}
 	s.holding.Store(saturationHolders) // as many as may wait are waiting
 	if s.hold(context.Background(), far()) {
