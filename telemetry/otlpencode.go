@@ -220,6 +220,14 @@ func clampCount(n int) uint32 {
 
 // appendKeyValue appends kv as a KeyValue in field.
 func appendKeyValue(b []byte, field protowire.Number, kv attribute.KeyValue) []byte {
+	if n, ok := scalarSize(kv.Value); ok {
+		// Nearly every attribute: the KeyValue's length is known before it is written, so nothing is
+		// moved to put it in front (closeMessage).
+		b = protowire.AppendTag(b, field, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeString(fKeyValueKey, string(kv.Key))+protowire.SizeTag(fKeyValueValue)+protowire.SizeBytes(n)))
+		b = appendString(b, fKeyValueKey, string(kv.Key))
+		return appendScalar(b, fKeyValueValue, n, kv.Value)
+	}
 	b, m := openMessage(b, field)
 	b = appendString(b, fKeyValueKey, string(kv.Key))
 	b = appendAnyValue(b, fKeyValueValue, kv.Value)
@@ -229,23 +237,11 @@ func appendKeyValue(b []byte, field protowire.Number, kv attribute.KeyValue) []b
 // appendAnyValue appends v as an AnyValue in field; an empty value is an AnyValue with no value, a
 // type this encoder does not know the string "INVALID", as the SDK's exporter writes them.
 func appendAnyValue(b []byte, field protowire.Number, v attribute.Value) []byte {
+	if n, ok := scalarSize(v); ok {
+		return appendScalar(b, field, n, v)
+	}
 	b, m := openMessage(b, field)
 	switch v.Type() {
-	case attribute.BOOL:
-		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
-		b = protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
-	case attribute.INT64:
-		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(v.AsInt64()))
-	case attribute.FLOAT64:
-		b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
-		b = protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
-	case attribute.STRING:
-		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-		b = protowire.AppendString(b, v.AsString())
-	case attribute.BYTESLICE:
-		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
-		b = protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
 		b = appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
@@ -263,12 +259,56 @@ func appendAnyValue(b []byte, field protowire.Number, v attribute.Value) []byte 
 			b = appendKeyValue(b, fListValues, kv)
 		}
 		b = closeMessage(b, l)
-	case attribute.EMPTY:
 	default:
 		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
 		b = protowire.AppendString(b, "INVALID")
 	}
 	return closeMessage(b, m)
+}
+
+// scalarSize is the length of the AnyValue of v — a bool, an int64, a float64, a string or empty — and
+// true; false for the other types (lists and maps), whose length is known once they are written.
+func scalarSize(v attribute.Value) (int, bool) {
+	switch v.Type() {
+	case attribute.BOOL:
+		return protowire.SizeTag(fAnyBool) + protowire.SizeVarint(protowire.EncodeBool(v.AsBool())), true
+	case attribute.INT64:
+		return protowire.SizeTag(fAnyInt) + protowire.SizeVarint(uint64(v.AsInt64())), true
+	case attribute.FLOAT64:
+		return protowire.SizeTag(fAnyDouble) + protowire.SizeFixed64(), true
+	case attribute.STRING:
+		return protowire.SizeTag(fAnyString) + protowire.SizeBytes(len(v.AsString())), true
+	case attribute.BYTESLICE:
+		return protowire.SizeTag(fAnyBytes) + protowire.SizeBytes(len(v.AsByteSlice())), true
+	case attribute.EMPTY:
+		return 0, true
+	}
+	return 0, false
+}
+
+// appendScalar appends v, whose AnyValue is n bytes long (scalarSize), as an AnyValue in field. The
+// one-of's value is written even when it is zero (false, 0, ""), as proto3 writes a one-of.
+func appendScalar(b []byte, field protowire.Number, n int, v attribute.Value) []byte {
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	switch v.Type() {
+	case attribute.BOOL:
+		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+	case attribute.INT64:
+		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
+	case attribute.STRING:
+		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
+		b = protowire.AppendString(b, v.AsString())
+	case attribute.BYTESLICE:
+		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
+		b = protowire.AppendBytes(b, v.AsByteSlice())
+	}
+	return b
 }
 
 // appendArray appends an ArrayValue (AnyValue's array_value) of vals.
@@ -298,6 +338,14 @@ func closeMessage(b []byte, start int) []byte {
 }
 
 // The scalar fields below are omitted when zero (empty), as proto3 writes them.
+
+// sizeString is the length appendString(b, field, s) appends.
+func sizeString(field protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(field) + protowire.SizeBytes(len(s))
+}
 
 func appendString(b []byte, field protowire.Number, s string) []byte {
 	if s == "" {

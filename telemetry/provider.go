@@ -25,8 +25,9 @@ import (
 // fraction of the cost. At 100 % sampling a heartbeat makes two recorded spans; with the SDK each
 // cost a span, a snapshot of it when it ended, a map to deduplicate its attributes, a place in the
 // batch processor's queue and then its encoding — together with their garbage a third of the
-// service's CPU per heartbeat. Here a recorded span is one allocation (its attributes' slice
-// aside), and End encodes it straight into the batch it is exported in; nothing else is kept.
+// service's CPU per heartbeat. Here a recorded span is one allocation (an exported span's
+// attributes live in a recycled slice), and End encodes it straight into the batch it is exported
+// in; nothing else is kept.
 //
 // Contract, as the SDK's:
 //   - Start takes its parent from the context (none with trace.WithNewRoot), keeps a valid parent's
@@ -216,6 +217,7 @@ type span struct {
 	name          string
 	end           time.Time
 	attrs         []attribute.KeyValue
+	attrsBuf      *[]attribute.KeyValue // where attrs came from in attrBufs (an exported span's), or nil
 	droppedAttrs  int
 	events        []spanEvent
 	droppedEvents int
@@ -266,7 +268,12 @@ func (s *span) SetAttributes(kv ...attribute.KeyValue) {
 		return
 	}
 	if s.attrs == nil {
-		s.attrs = make([]attribute.KeyValue, 0, min(len(kv), maxSpanAttributes))
+		if s.export {
+			s.attrsBuf = attrBufs.Get().(*[]attribute.KeyValue)
+			s.attrs = (*s.attrsBuf)[:0]
+		} else {
+			s.attrs = make([]attribute.KeyValue, 0, min(len(kv), maxSpanAttributes))
+		}
 	}
 	var dropped int
 	s.attrs, dropped = setAttrs(s.attrs, kv, maxSpanAttributes)
@@ -397,6 +404,28 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 	if s.export && s.t.scope >= 0 {
 		s.t.p.batch.add(s.t.scope, s)
 	}
+	s.releaseAttrs()
+}
+
+// attrBufs recycles exported spans' attribute slices: an exported span's attributes are garbage as
+// soon as End has encoded them (or dropped the span), and at 100 % sampling, two spans and fifteen
+// attributes a heartbeat, they were a third of the bytes tracing allocated — bytes the collector then
+// had to mark the whole fleet's heap for.
+var attrBufs = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 16); return &s }}
+
+// releaseAttrs gives an exported span's attribute slice back to attrBufs; End calls it once the span
+// is encoded. Nothing reads a span's attributes after End: every method that would is ignored then.
+// A slice grown past maxSpanAttributes is left to the collector, so the pool holds bounded slices.
+func (s *span) releaseAttrs() {
+	if s.attrsBuf == nil {
+		return
+	}
+	if cap(s.attrs) <= maxSpanAttributes {
+		clear(s.attrs) // the values' strings are not kept alive by the pool
+		*s.attrsBuf = s.attrs[:0]
+		attrBufs.Put(s.attrsBuf)
+	}
+	s.attrs, s.attrsBuf = nil, nil
 }
 
 // typeName is the SDK's exception.type of v: package path and name, or the type's text for a builtin.

@@ -401,6 +401,68 @@ func TestProviderWithoutExportRecordsNothing(t *testing.T) {
 	}
 }
 
+// An exported span's attribute slice is recycled once End has encoded it: a span with attributes
+// allocates no more than one without, and a span that takes a recycled slice exports its own
+// attributes only — none of the span before, whose encoding the reuse must not touch.
+func TestExportedSpansRecycleTheirAttributes(t *testing.T) {
+	c := newCollector(t)
+	p := testProvider(t, c, batchConfig{delay: time.Hour, timeout: 5 * time.Second, maxQueue: 16, maxBatch: 1 << 20}, alwaysOn(t))
+	tr := p.Tracer("test")
+	span := func(attrs ...attribute.KeyValue) {
+		_, s := tr.Start(context.Background(), "x")
+		s.SetAttributes(attrs...)
+		s.End()
+	}
+	span(attribute.Int("warm", 1)) // the pool's first slice
+	bare := testing.AllocsPerRun(200, func() { span() })
+	three := []attribute.KeyValue{attribute.String("a", "1"), attribute.String("b", "2"), attribute.Int("c", 3)}
+	with := testing.AllocsPerRun(200, func() { span(three...) })
+	if with > bare {
+		t.Errorf("a span with three attributes allocates %v times, one without %v: the attributes' slice is not recycled", with, bare)
+	}
+
+	p2 := testProvider(t, c, batchConfig{delay: time.Hour, timeout: 5 * time.Second, maxQueue: 16, maxBatch: 1 << 20}, alwaysOn(t))
+	tr = p2.Tracer("test")
+	want := map[string][]string{}
+	for i := range 50 {
+		_, s := tr.Start(context.Background(), fmt.Sprint("s", i))
+		var keys []string
+		for k := range i%5 + 1 { // shrinking and growing: a longer slice's tail must not show
+			key := fmt.Sprintf("k%d-%d", i, k)
+			keys = append(keys, key)
+			s.SetAttributes(attribute.String(key, key))
+		}
+		s.End()
+		s.SetAttributes(attribute.String("after-end", "x")) // ignored, not written into a recycled slice
+		want[fmt.Sprint("s", i)] = keys
+	}
+	if err := p2.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bodies, _ := c.requests()
+	got := 0
+	for _, e := range exportedSpans(t, bodies) {
+		keys, ok := want[e.span.Name]
+		if !ok {
+			continue
+		}
+		got++
+		var have []string
+		for _, kv := range e.span.Attributes {
+			have = append(have, kv.Key)
+			if kv.Value.GetStringValue() != kv.Key {
+				t.Errorf("span %s: %s = %q", e.span.Name, kv.Key, kv.Value.GetStringValue())
+			}
+		}
+		if !slices.Equal(have, keys) {
+			t.Errorf("span %s exported attributes %v, want %v", e.span.Name, have, keys)
+		}
+	}
+	if got != len(want) {
+		t.Errorf("%d of %d spans exported", got, len(want))
+	}
+}
+
 // A batch that grew its buffers past maxKeptBuffer does not keep them.
 func TestBatcherDropsHugeBuffers(t *testing.T) {
 	c := newCollector(t)
