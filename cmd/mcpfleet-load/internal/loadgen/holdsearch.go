@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The step-down search for the largest fleet held (issue 14: "250,000, or the largest N it holds, with
@@ -11,7 +13,8 @@ import (
 // spread tenth of the registered fleet out at a time (deregistering it: the wheel stops beating those modules, and
 // the rest keep their phases, so the load stays even over H) and runs the steady schedule for a window
 // at each size, until one size is held or the next step would leave less than a step. It runs last, after the restarts,
-// so that every other figure is the whole fleet's.
+// so that every other figure is the whole fleet's; and first it vacuums the service's database (vacuumForHold), as
+// autovacuum would have after the restarts' heartbeats.
 
 // HoldStep is one fleet size of the step-down search.
 type HoldStep struct {
@@ -33,6 +36,12 @@ type HoldSearch struct {
 	WindowSeconds float64    `json:"window_seconds,omitempty"` // how long each size ran (holdWindow)
 	Steps         []HoldStep `json:"steps,omitempty"`
 	Largest       int        `json:"largest_held,omitempty"`
+	// The VACUUM (ANALYZE) of the service's database before the first step (vacuumForHold): how long it
+	// took, or why it failed, and the server's autovacuum setting; all empty when it was not attempted
+	// (no --pg-url and --service-database).
+	VacuumSeconds float64 `json:"vacuum_seconds,omitempty"`
+	VacuumError   string  `json:"vacuum_error,omitempty"`
+	Autovacuum    string  `json:"autovacuum,omitempty"`
 }
 
 // windowHeld is the rule a window of the steady schedule is held by: at least heldShare of the expected
@@ -88,6 +97,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 	step := holdStep(from)
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
 		from, step, window)
+	r.vacuumForHold(ctx, &s.Hold)
 	idle := newPhase("hold search") // beats between the windows count nowhere
 	r.cur.Store(idle)
 	for ctx.Err() == nil {
@@ -120,6 +130,47 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 			return
 		}
 	}
+}
+
+// vacuumForHold runs VACUUM (ANALYZE) on the service's database (Config.ServiceDatabase, through
+// Config.PGURL's server and role) into h, if both are set. The restarts before the step-down make the
+// whole fleet heartbeat again and again (fourteen services' worth of stamps), and every stamp leaves a
+// dead row version in mcp_servers; a PostgreSQL that runs autovacuum clears them as they pile up, one
+// that does not (this project's machines: autovacuum = off) carries them into every window of the
+// step-down, whose stamps then cost more at each size for reasons that have nothing to do with the
+// size. Vacuuming once here stands in for the autovacuum an operator runs; the report says it did.
+func (r *runner) vacuumForHold(ctx context.Context, h *HoldSearch) {
+	if r.cfg.PGURL == "" || r.cfg.ServiceDatabase == "" {
+		return
+	}
+	fail := func(err error) {
+		h.VacuumError = err.Error()
+		r.note("hold search: the service's database was not vacuumed before the step-down: %v", err)
+	}
+	pc, err := pgx.ParseConfig(r.cfg.PGURL)
+	if err != nil {
+		fail(err)
+		return
+	}
+	pc.Database = r.cfg.ServiceDatabase
+	conn, err := pgx.ConnectConfig(ctx, pc)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := conn.QueryRow(ctx, "SHOW autovacuum").Scan(&h.Autovacuum); err != nil {
+		fail(err)
+		return
+	}
+	start := time.Now()
+	if _, err := conn.Exec(ctx, "VACUUM (ANALYZE)"); err != nil {
+		fail(err)
+		return
+	}
+	h.VacuumSeconds = time.Since(start).Seconds()
+	r.logf("hold search: vacuumed and analyzed %s in %s (the server's autovacuum: %s)", r.cfg.ServiceDatabase,
+		time.Since(start).Round(time.Millisecond), h.Autovacuum)
 }
 
 // sweepFalseDelta sweeps once and returns how many on-time modules it newly found non-healthy.

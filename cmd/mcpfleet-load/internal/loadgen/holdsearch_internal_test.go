@@ -1,9 +1,15 @@
 package loadgen
 
 import (
+	"io"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"testing/quick"
+	"time"
+
+	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 )
 
 func TestWindowHeld(t *testing.T) {
@@ -89,5 +95,98 @@ func TestEvenlySpread(t *testing.T) {
 	}
 	if got := evenlySpread([]int32{1, 2, 3}, 5); len(got) != 3 {
 		t.Errorf("k over n: %v", got)
+	}
+}
+
+// The step-down starts on a vacuumed database: vacuumForHold clears the dead row versions an update
+// left in the service's database (a clone of the migrated template, on the real PostgreSQL), records
+// the server's autovacuum setting and how long it took; without --pg-url it does nothing, and a server
+// it cannot reach is a note and an error in the summary, not a failed run.
+func TestVacuumForHold(t *testing.T) {
+	db := pgtest.New(t)
+	admin := db.AdminPool(t)
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, `CREATE TABLE stamps (id int PRIMARY KEY, at timestamptz);
+		INSERT INTO stamps SELECT g, now() FROM generate_series(1, 2000) g;
+		UPDATE stamps SET at = now() + interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	dead := func() (n int64, vacuumed bool) {
+		t.Helper()
+		// The statistics collector reports a table's counts with a delay: clear the snapshot, then read.
+		var last *time.Time
+		if err := admin.QueryRow(ctx, `SELECT pg_stat_clear_snapshot(), n_dead_tup, last_vacuum FROM pg_stat_user_tables WHERE relname = 'stamps'`).
+			Scan(nil, &n, &last); err != nil {
+			t.Fatal(err)
+		}
+		return n, last != nil
+	}
+	if _, vacuumed := dead(); vacuumed {
+		t.Fatal("the table was vacuumed before the test ran")
+	}
+	u, err := url.Parse(db.AdminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/postgres" // --pg-url names any database; --service-database picks the service's
+	r := &runner{cfg: Config{PGURL: u.String(), ServiceDatabase: db.Name}, log: io.Discard, t0: time.Now()}
+	var h HoldSearch
+	r.vacuumForHold(ctx, &h)
+	if h.VacuumError != "" || h.Autovacuum == "" || h.VacuumSeconds <= 0 {
+		t.Fatalf("vacuumForHold: %+v", h)
+	}
+	waitForCondition(t, "the table's vacuum to show in its statistics", func() bool {
+		n, vacuumed := dead()
+		return vacuumed && n == 0
+	})
+
+	var none HoldSearch
+	(&runner{cfg: Config{}, log: io.Discard}).vacuumForHold(ctx, &none)
+	if none.VacuumError != "" || none.Autovacuum != "" || none.VacuumSeconds != 0 {
+		t.Errorf("without --pg-url: %+v, want nothing attempted", none)
+	}
+
+	bad := &runner{cfg: Config{PGURL: u.String(), ServiceDatabase: db.Name + "_missing"}, log: io.Discard}
+	var failed HoldSearch
+	bad.vacuumForHold(ctx, &failed)
+	if failed.VacuumError == "" || failed.VacuumSeconds != 0 || len(bad.notes) != 1 {
+		t.Errorf("a database that does not exist: %+v, notes %q; want an error and one note", failed, bad.notes)
+	}
+}
+
+// waitForCondition polls cond until it holds, failing t after 10 s.
+func waitForCondition(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The report says whether the step-down ran on a vacuumed database: the vacuum's time and the server's
+// autovacuum setting, the error if it failed, nothing if it was not attempted.
+func TestHoldSearchReportsTheVacuum(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		edit       func(*HoldSearch)
+		want, lack string
+	}{
+		{"vacuumed", func(h *HoldSearch) { h.VacuumSeconds, h.Autovacuum = 12.34, "off" },
+			"vacuumed and analyzed the service's database (`VACUUM (ANALYZE)`, 12.3 s; the server's `autovacuum` is off)", "failed"},
+		{"failed", func(h *HoldSearch) { h.VacuumError, h.Autovacuum = "permission denied", "on" },
+			"Vacuuming the service's database before the first step failed (permission denied)", "VACUUM (ANALYZE)"},
+		{"not attempted", func(*HoldSearch) {}, "the deregistration below then covers the rest.\n", "acuum"},
+	} {
+		s := &Summary{Registration: RegistrationSummary{Registered: 1000}}
+		s.Hold = HoldSearch{Ran: true, LimitP99Ms: 50, WindowSeconds: 30, Steps: []HoldStep{{Servers: 900, Held: true}}, Largest: 900}
+		tc.edit(&s.Hold)
+		var b strings.Builder
+		writeHoldSearch(&b, s)
+		if !strings.Contains(b.String(), tc.want) || strings.Contains(b.String(), tc.lack) {
+			t.Errorf("%s: the report's step-down says\n%s\nwant %q, not %q", tc.name, b.String(), tc.want, tc.lack)
+		}
 	}
 }

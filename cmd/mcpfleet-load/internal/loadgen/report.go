@@ -398,7 +398,15 @@ func writeHoldSearch(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "The steady phase did not hold %s servers (held: at least %.0f %% of N/H answered, p99 under %s ms, no error, no false transition). "+
 		"After the restarts the run took an evenly spread tenth of the fleet out at a time (deregistered: the rest keep their phases, so the load stays even over H), "+
 		"waited for the schedule's backlog to clear, and ran the steady schedule for %s at each size, until one held or a step more would have left less than a step; "+
-		"the deregistration below then covers the rest.\n\n", thousands(int64(s.Registration.Registered)), 100*heldShare, strconv.FormatFloat(h.LimitP99Ms, 'f', -1, 64), secs(h.WindowSeconds))
+		"the deregistration below then covers the rest.", thousands(int64(s.Registration.Registered)), 100*heldShare, strconv.FormatFloat(h.LimitP99Ms, 'f', -1, 64), secs(h.WindowSeconds))
+	switch {
+	case h.VacuumError != "":
+		fmt.Fprintf(b, " Vacuuming the service's database before the first step failed (%s): the restarts' dead rows stayed in every window.", h.VacuumError)
+	case h.Autovacuum != "":
+		fmt.Fprintf(b, " Before the first step it vacuumed and analyzed the service's database (`VACUUM (ANALYZE)`, %.1f s; the server's `autovacuum` is %s): "+
+			"the restarts' heartbeats leave dead rows in `mcp_servers`, which autovacuum clears on a server that runs it.", h.VacuumSeconds, h.Autovacuum)
+	}
+	fmt.Fprintf(b, "\n\n")
 	fmt.Fprintf(b, "| servers | heartbeats/s answered / expected | latency p50 / p99 / max (ms) | errors | false transitions | CPU: service / load generator (%% of one core) | machine busy (%% of 2 CPUs) | held |\n|---|---|---|---|---|---|---|---|\n")
 	for _, st := range h.Steps {
 		w := st.Window
