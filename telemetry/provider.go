@@ -415,16 +415,15 @@ var attrBufs = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 16
 
 // releaseAttrs gives an exported span's attribute slice back to attrBufs; End calls it once the span
 // is encoded. Nothing reads a span's attributes after End: every method that would is ignored then.
-// A slice grown past maxSpanAttributes is left to the collector, so the pool holds bounded slices.
+// The pool's slices stay bounded: setAttrs never appends past maxSpanAttributes, so a slice that
+// started at 16 doubles to 128 at most.
 func (s *span) releaseAttrs() {
 	if s.attrsBuf == nil {
 		return
 	}
-	if cap(s.attrs) <= maxSpanAttributes {
-		clear(s.attrs) // the values' strings are not kept alive by the pool
-		*s.attrsBuf = s.attrs[:0]
-		attrBufs.Put(s.attrsBuf)
-	}
+	clear(s.attrs) // the values' strings are not kept alive by the pool
+	*s.attrsBuf = s.attrs[:0]
+	attrBufs.Put(s.attrsBuf)
 	s.attrs, s.attrsBuf = nil, nil
 }
 
