@@ -266,7 +266,7 @@ func appendAnyValue(b []byte, field protowire.Number, v attribute.Value) []byte 
 	return closeMessage(b, m)
 }
 
-// scalarSize is the length of the AnyValue of v — a bool, an int64, a float64, a string or empty — and
+// scalarSize is the length of the AnyValue of v — a bool, an int64, a float64, a string, bytes or empty — and
 // true; false for the other types (lists and maps), whose length is known once they are written.
 func scalarSize(v attribute.Value) (int, bool) {
 	switch v.Type() {
