@@ -145,11 +145,19 @@ func New(cfg Config, deps Deps) *Server {
 		streams: newStreams(), owners: newOwners(deps.Store, maxCachedOwners), limits: lim}
 }
 
-// Handler returns the routed gin engine. It leaves gin's process-wide mode alone: that is main's to set.
-func (s *Server) Handler() http.Handler {
+// newEngine is the gin engine Handler routes, before its middleware and routes. Its client-address
+// settings (trusted proxies, platform, forwarding headers) are gin.New()'s, which spanClientAddress
+// relies on; the tests build their engines here too.
+func newEngine() *gin.Engine {
 	r := gin.New()
 	r.ContextWithFallback = true
 	r.HandleMethodNotAllowed = true
+	return r
+}
+
+// Handler returns the routed gin engine. It leaves gin's process-wide mode alone: that is main's to set.
+func (s *Server) Handler() http.Handler {
+	r := newEngine()
 	r.Use(s.observe(), s.recoverer())
 	names := &spanNames{}
 	if s.deps.TracerProvider != nil {

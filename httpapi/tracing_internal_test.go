@@ -66,7 +66,7 @@ func newOtelgin(tp trace.TracerProvider) middleware {
 // tracedEngine serves POST /v1/mcp/servers/heartbeat (answering 200, or 503 with ?fail) and
 // /healthz behind mw and the traceparent answer, and hands each request's span context to seen.
 func tracedEngine(mw middleware, seen func(trace.SpanContext)) *gin.Engine {
-	r := gin.New()
+	r := newEngine()
 	names := &spanNames{}
 	if mw != nil {
 		r.Use(mw(names))
@@ -288,6 +288,57 @@ func TestTracingSampledAttributesArePerRequest(t *testing.T) {
 	}
 	if _, ok := third["http.response.status_code"]; ok || third["user_agent.original"].AsString() != "third/3" || third["http.route"].AsString() != heartbeatRoute {
 		t.Errorf("panicking request's attributes %v: want the request's, no status code", third)
+	}
+}
+
+// TestTracingClientAddressIsGins: a recorded span's client.address is what gin's ClientIP answers on
+// the service's engine, for a peer that names itself and for the forwarding headers gin trusts; and
+// the common case, an IPv4 peer and no such header, costs no allocation (gin's parses and formats).
+func TestTracingClientAddressIsGins(t *testing.T) {
+	tp, rec := newProvider(sdktrace.AlwaysSample())
+	r := newEngine()
+	names := &spanNames{}
+	r.Use(tracing(tp, testPropagator, names))
+	var gins string
+	r.POST(heartbeatRoute, func(c *gin.Context) { gins = c.ClientIP() })
+	names.add(r.Routes())
+	for _, tc := range []struct {
+		name, remote string
+		header       []string
+		want         string
+	}{
+		{"IPv4 peer", "192.0.2.1:4711", nil, "192.0.2.1"},
+		{"X-Forwarded-For", "192.0.2.1:4711", []string{"X-Forwarded-For", "203.0.113.7"}, "203.0.113.7"},
+		{"X-Forwarded-For, two hops", "192.0.2.1:4711", []string{"X-Forwarded-For", "203.0.113.7, 198.51.100.9"}, "203.0.113.7"},
+		{"X-Real-IP", "192.0.2.1:4711", []string{"X-Real-IP", "198.51.100.2"}, "198.51.100.2"},
+		{"IPv6 peer", "[2001:db8::1]:4711", nil, "2001:db8::1"},
+		{"IPv4-mapped IPv6 peer", "[::ffff:192.0.2.1]:4711", nil, "192.0.2.1"},
+		{"no address", "pipe", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec.Reset()
+			req := httptest.NewRequest("POST", heartbeatRoute, nil)
+			req.RemoteAddr = tc.remote
+			for i := 0; i+1 < len(tc.header); i += 2 {
+				req.Header.Set(tc.header[i], tc.header[i+1])
+			}
+			r.ServeHTTP(httptest.NewRecorder(), req)
+			spans := rec.Ended()
+			if len(spans) != 1 {
+				t.Fatalf("%d spans", len(spans))
+			}
+			got := attrsOf(spans[0])["client.address"].AsString()
+			if got != gins || got != tc.want {
+				t.Errorf("client.address %q, gin's ClientIP %q, want %q", got, gins, tc.want)
+			}
+		})
+	}
+	req := httptest.NewRequest("POST", heartbeatRoute, nil)
+	req.RemoteAddr = "192.0.2.1:4711"
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = req
+	if n := testing.AllocsPerRun(100, func() { spanClientAddress(c, "192.0.2.1") }); n != 0 {
+		t.Errorf("client address of an IPv4 peer without forwarding headers: %v allocations, want 0", n)
 	}
 }
 
