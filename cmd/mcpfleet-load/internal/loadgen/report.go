@@ -538,7 +538,13 @@ func (s *Summary) tracingTargets() []Target {
 		t := Target{Name: tt.name, Threshold: fmt.Sprintf("≥ %.0f %%", tt.min), Measured: "— (no restart phases: --service-command)"}
 		p, rate, runs, ok := s.Tracing.KindVsOff(tt.kind)
 		if ok {
-			t.Measured = fmt.Sprintf("%.1f %% (%s, %.0f vs %.0f heartbeats/s)", p, plural(runs, "run"), rate, s.Tracing.offRate())
+			t.Measured = fmt.Sprintf("%.1f %% (%s, %.0f vs %.0f heartbeats/s", p, plural(runs, "run"), rate, s.Tracing.offRate())
+			lo, hi, _, spread := s.Tracing.KindSpread(tt.kind)
+			offLo, offHi, offRuns, offSpread := s.Tracing.KindSpread(kindOff)
+			if spread && offSpread && runs > 1 && offRuns > 1 {
+				t.Measured += fmt.Sprintf("; single runs %.0f–%.0f %%, off's own %.0f–%.0f %% of their mean", lo, hi, offLo, offHi)
+			}
+			t.Measured += ")"
 			if c, ok := s.Tracing.KindCPUVsOff(tt.kind); ok {
 				t.Measured += fmt.Sprintf("; service CPU per heartbeat %.0f %% of off's", c)
 			}

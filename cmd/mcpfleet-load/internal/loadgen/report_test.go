@@ -144,6 +144,30 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// With more than one run of each kind, a tracing target also says how far one run strayed, and how
+// far off's own runs strayed from their mean: the noise its verdict stands in.
+func TestTracingTargetsShowTheSpread(t *testing.T) {
+	s := goodSummary()
+	rate := func(r float64) loadgen.TracingRun {
+		return loadgen.TracingRun{Peak: loadgen.PhaseSummary{Seconds: 10, OK: uint64(10 * r), RatePerSecond: r}}
+	}
+	// off, 1 %, 100 %, off, 100 %, 1 %, off: off's mean 30,000.
+	s.Tracing.Runs = []loadgen.TracingRun{rate(27_000), rate(29_100), rate(25_500), rate(33_000), rate(27_600), rate(30_000), rate(30_000)}
+	s.Evaluate()
+	measured := map[string]string{}
+	for _, tg := range s.Targets {
+		measured[tg.Name] = tg.Measured
+	}
+	for name, want := range map[string]string{
+		"heartbeat throughput with tracing on at 100 % sampling vs off": "88.5 % (2 runs, 26550 vs 30000 heartbeats/s; single runs 85–92 %, off's own 90–110 % of their mean)",
+		"heartbeat throughput with tracing at 1 % parent-based vs off":  "98.5 % (2 runs, 29550 vs 30000 heartbeats/s; single runs 97–100 %, off's own 90–110 % of their mean)",
+	} {
+		if measured[name] != want {
+			t.Errorf("%s: measured %q, want %q", name, measured[name], want)
+		}
+	}
+}
+
 func TestWriteMarkdown(t *testing.T) {
 	s := goodSummary()
 	s.Steady.P99Ms = 61.25

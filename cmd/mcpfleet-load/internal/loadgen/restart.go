@@ -206,6 +206,30 @@ func (t *TracingSummary) KindVsOff(kind string) (percent, rate float64, runs int
 	return percent, rate, runs, true
 }
 
+// KindSpread is the lowest and highest ThroughputVsOff of kind's runs (kindOff's too: how far the
+// baseline's own runs stray from their mean), and how many runs that is; ok is false until the
+// comparison is complete or when no run of kind answered. It says how far one run can be trusted: a
+// kind's mean whose distance from 100 % is within off's own spread is within the machine's noise.
+func (t *TracingSummary) KindSpread(kind string) (lo, hi float64, runs int, ok bool) {
+	for j := range t.Runs {
+		if j >= len(tracingConfigs) || tracingConfigs[j].kind != kind {
+			continue
+		}
+		p, known := t.ThroughputVsOff(j)
+		if !known {
+			continue
+		}
+		if runs == 0 || p < lo {
+			lo = p
+		}
+		if runs == 0 || p > hi {
+			hi = p
+		}
+		runs++
+	}
+	return lo, hi, runs, runs > 0
+}
+
 // KindCPUVsOff is the mean service CPU per heartbeat of kind's runs ÷ the tracing-off runs' mean, in
 // percent.
 func (t *TracingSummary) KindCPUVsOff(kind string) (float64, bool) {

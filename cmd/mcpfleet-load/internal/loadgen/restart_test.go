@@ -144,6 +144,34 @@ func TestKindVsOff(t *testing.T) {
 	}
 }
 
+// KindSpread: each kind's lowest and highest run as a share of off's mean, and off's own runs against
+// their mean; nothing for a kind that did not run or before the comparison is complete.
+func TestKindSpread(t *testing.T) {
+	rate := func(r float64) TracingRun { return TracingRun{Peak: PhaseSummary{OK: 1, RatePerSecond: r}} }
+	// off, 1 %, 100 %, off, 100 %, 1 %, off: off's mean 200.
+	s := TracingSummary{Measured: true, Runs: []TracingRun{rate(180), rate(190), rate(150), rate(220), rate(170), rate(210), rate(200)}}
+	for _, tc := range []struct {
+		kind   string
+		lo, hi float64
+		runs   int
+	}{{kindOff, 90, 110, 3}, {kindRatio, 95, 105, 2}, {kindFull, 75, 85, 2}} {
+		if lo, hi, n, ok := s.KindSpread(tc.kind); !ok || !near(lo, tc.lo) || !near(hi, tc.hi) || n != tc.runs {
+			t.Errorf("KindSpread(%s) = %v–%v %%, %d runs, %v; want %v–%v %%, %d", tc.kind, lo, hi, n, ok, tc.lo, tc.hi, tc.runs)
+		}
+	}
+	s.Runs[5].Peak.OK = 0 // a run that answered nothing is left out
+	if lo, hi, n, ok := s.KindSpread(kindRatio); !ok || !near(lo, 95) || !near(hi, 95) || n != 1 {
+		t.Errorf("KindSpread(ratio) without its silent run = %v–%v %%, %d runs, %v", lo, hi, n, ok)
+	}
+	if _, _, _, ok := s.KindSpread("nothing"); ok {
+		t.Error("a kind that never ran has a spread")
+	}
+	s.Measured = false
+	if _, _, _, ok := s.KindSpread(kindFull); ok {
+		t.Error("an unfinished comparison has a spread")
+	}
+}
+
 // The tracing runs are balanced: each tracing kind runs as often as the other, off begins (the cold
 // start) and ends, every kind has the same mean position (a steady drift of the machine's speed cancels
 // out of every comparison), and every kind follows each other kind equally often and never itself (what a
