@@ -168,9 +168,10 @@ func (r *runner) vacuumForHold(ctx context.Context, h *HoldSearch) {
 		fail(err)
 		return
 	}
-	h.VacuumSeconds = time.Since(start).Seconds()
+	took := time.Since(start)
+	h.VacuumSeconds = took.Seconds()
 	r.logf("hold search: vacuumed and analyzed %s in %s (the server's autovacuum: %s)", r.cfg.ServiceDatabase,
-		time.Since(start).Round(time.Millisecond), h.Autovacuum)
+		took.Round(time.Millisecond), h.Autovacuum)
 }
 
 // sweepFalseDelta sweeps once and returns how many on-time modules it newly found non-healthy.

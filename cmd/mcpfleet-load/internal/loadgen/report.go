@@ -539,9 +539,9 @@ func (s *Summary) tracingTargets() []Target {
 		p, rate, runs, ok := s.Tracing.KindVsOff(tt.kind)
 		if ok {
 			t.Measured = fmt.Sprintf("%.1f %% (%s, %.0f vs %.0f heartbeats/s", p, plural(runs, "run"), rate, s.Tracing.offRate())
-			lo, hi, _, spread := s.Tracing.KindSpread(tt.kind)
-			offLo, offHi, offRuns, offSpread := s.Tracing.KindSpread(kindOff)
-			if spread && offSpread && runs > 1 && offRuns > 1 {
+			lo, hi, _, _ := s.Tracing.KindSpread(tt.kind) // known: the same runs KindVsOff averaged
+			offLo, offHi, offRuns, _ := s.Tracing.KindSpread(kindOff)
+			if runs > 1 && offRuns > 1 {
 				t.Measured += fmt.Sprintf("; single runs %.0f–%.0f %%, off's own %.0f–%.0f %% of their mean", lo, hi, offLo, offHi)
 			}
 			t.Measured += ")"
