@@ -195,6 +195,9 @@ type serverActor struct {
 	// quiet: no message has reached this incarnation since its sleep timer was set (sleep.go); asleep: it
 	// has gone asleep and is stopping — it writes nothing more and hands registrations back to the fleet.
 	quiet, asleep bool
+	// inflight is the write or permit this incarnation awaits (busy): its continuation runs when the answer
+	// comes, or in place if the incarnation is stopped first (finishInFlight).
+	inflight *inFlight
 }
 
 func (a *serverActor) Receive(ctx actor.Context) {
@@ -252,7 +255,8 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			ctx.Poison(ctx.Self())
 		}, func(actor.Context) {})
 	case *actor.Restarting, *actor.Stopping:
-		if _, restarting := msg.(*actor.Restarting); restarting {
+		_, restarting := msg.(*actor.Restarting)
+		if restarting {
 			a.deps.handover.put(ctx.Self().Id, a.rec) // the next incarnation, made in place, resumes with it
 		}
 		a.dead = true
@@ -260,6 +264,9 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			st.abandon(ctx)
 		}
 		a.stash = nil
+		if !restarting {
+			a.finishInFlight()
+		}
 	}
 }
 
@@ -333,7 +340,7 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc te
 	a.busy = true
 	req := &writeRequest{cmds: []persistence.Command{persistence.WithFence(cmd, fence)}, deadline: deadline, trace: trc, admission: admission}
 	fut := ctx.RequestFuture(a.deps.writer, req, time.Until(deadline)+2*time.Second)
-	ctx.ReenterAfter(fut, func(res any, err error) {
+	a.reenterAfter(ctx, fut, func(res any, err error) {
 		if err == nil {
 			if wr, ok := res.(*writeResult); ok {
 				err = wr.err()
@@ -347,6 +354,49 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc te
 		done(ctx, err)
 		a.idle(ctx)
 	})
+}
+
+// inFlight is a future the server actor awaits and what it does with the answer.
+type inFlight struct {
+	fut      *actor.Future
+	cont     func(res any, err error)
+	finished bool // cont has run (or is running): a second delivery does nothing
+}
+
+// reenterAfter is ctx.ReenterAfter for the one write or permit a busy server actor awaits: cont runs in
+// the actor when fut completes — or in place, before the actor terminates, if it is stopped first
+// (finishInFlight). cont runs once either way.
+func (a *serverActor) reenterAfter(ctx actor.Context, fut *actor.Future, cont func(res any, err error)) {
+	w := &inFlight{fut: fut, cont: cont}
+	a.inflight = w
+	ctx.ReenterAfter(fut, func(res any, err error) { a.finish(w, res, err) })
+}
+
+// finish runs w's continuation unless it has run already.
+func (a *serverActor) finish(w *inFlight, res any, err error) {
+	if w.finished {
+		return // finished in place by finishInFlight while this incarnation stopped
+	}
+	w.finished = true
+	if a.inflight == w {
+		a.inflight = nil
+	}
+	w.cont(res, err)
+}
+
+// finishInFlight is a stopping incarnation's last duty: it waits for the write or permit in flight (and
+// for the write a permit's answer starts) and applies the answer to the record, in place, bounded by the
+// futures' own timeouts. protoactor would deliver the answer after the actor's Terminated — to the
+// incarnation the fleet respawns over the same record, or to this one's mailbox still running beside it
+// (a data race on the record), or to no one once the name is free (a committed transition the record
+// never learnt). Waiting blocks only this actor's goroutine (workers). A restart needs none of this:
+// the next incarnation is made in the same mailbox, behind the answer.
+func (a *serverActor) finishInFlight() {
+	for a.inflight != nil {
+		w := a.inflight
+		res, err := w.fut.Result()
+		a.finish(w, res, err)
+	}
 }
 
 // pastDeadline is the answer to durable work that reaches an actor at or past its caller's deadline
@@ -536,7 +586,7 @@ func (a *serverActor) evaluate(ctx actor.Context, round *monitorRound) {
 	}
 	a.busy = true
 	fut := ctx.RequestFuture(ctx.Parent(), &permitMsg{tenantID: rec.tenantID()}, a.deps.writeTimeout)
-	ctx.ReenterAfter(fut, func(res any, err error) {
+	a.reenterAfter(ctx, fut, func(res any, err error) {
 		a.busy = false
 		granted := true
 		if r, ok := res.(*permitReply); ok && err == nil {

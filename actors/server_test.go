@@ -43,14 +43,23 @@ type harness struct {
 	tenant uuid.UUID
 	stop   func()       // stops the running fleet
 	tracer trace.Tracer // the fleet's; nil: none
+	// metrics are the fleet's (nil: none); observe, if set, sees each event as the fleet reports it, on
+	// the reporting actor's goroutine.
+	metrics *telemetry.Metrics
+	observe func(string)
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, store: newFakeStore(), clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
-		events: make(chan string, 100), tenant: uuid.New()}
+	h := unstartedHarness(t)
 	h.start(mod)
 	return h
+}
+
+// unstartedHarness is a harness whose fleet is not started yet: set its fields, then start it.
+func unstartedHarness(t *testing.T) *harness {
+	return &harness{t: t, store: newFakeStore(), clock: health.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		events: make(chan string, 100), tenant: uuid.New()}
 }
 
 func (h *harness) start(mod func(*Config)) {
@@ -59,7 +68,10 @@ func (h *harness) start(mod func(*Config)) {
 	if mod != nil {
 		mod(&cfg)
 	}
-	f, err := Start(context.Background(), cfg, h.store, Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), Tracer: h.tracer, OnEvent: func(e string) {
+	f, err := Start(context.Background(), cfg, h.store, Deps{Clock: h.clock, Log: slog.New(slog.DiscardHandler), Tracer: h.tracer, Metrics: h.metrics, OnEvent: func(e string) {
+		if h.observe != nil {
+			h.observe(e)
+		}
 		select {
 		case h.events <- e:
 		default:
@@ -295,13 +307,38 @@ func TestTakenDownKeepsDeadline(t *testing.T) {
 	}
 }
 
-// TestStopAnswersTheStash: a server actor stopped while work waits in its stash answers that work
-// ErrUnavailable instead of leaving its caller to time out.
-func TestStopAnswersTheStash(t *testing.T) {
-	h := newHarness(t, nil)
+// TestStopAnswersTheStashAndFinishesTheWrite: a server actor stopped while its write is in flight and
+// work waits in its stash answers that work ErrUnavailable at once instead of leaving its caller to time
+// out, and applies the write's outcome to the server's record before it terminates: the incarnation the
+// fleet respawns over the record starts from the committed transition, and never runs beside the stopped
+// one. Before, the stopped incarnation terminated at once and protoactor delivered the write's answer
+// later — a data race on the record with the respawned incarnation, which `go test -race` caught in CI,
+// seen here as the respawn finding the servers gauge before the transition (without finishInFlight this
+// test fails nearly every run: the respawn is quicker than the commit behind the release).
+func TestStopAnswersTheStashAndFinishesTheWrite(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := telemetry.NewMetrics(mp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := unstartedHarness(t)
+	h.metrics = m
+	unhealthyAtRespawn := make(chan int64, 1)
+	h.observe = func(e string) {
+		if e == "server_actor_respawn" {
+			unhealthyAtRespawn <- serversGauge(t, reader, health.Unhealthy)
+		}
+	}
+	h.start(nil)
 	id := h.register("a")
 	started, release := h.holdTransitions(health.Unhealthy)
-	defer release()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
 	h.clock.Advance(3 * testH)
 	go func() { _ = h.fleet.RunMonitor(context.Background()) }()
 	<-started
@@ -310,6 +347,20 @@ func TestStopAnswersTheStash(t *testing.T) {
 	h.fleet.system.Root.Stop(h.fleet.serverPID(id))
 	if r := reply(); !errors.Is(r.err, ErrUnavailable) {
 		t.Fatalf("stashed heartbeat answered %+v", r)
+	}
+	release()
+	released = true
+	select {
+	case n := <-unhealthyAtRespawn:
+		if n != 1 {
+			t.Fatalf("the respawned incarnation started before the stopped one applied its committed transition (unhealthy gauge %d, want 1)", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stopped actor was not respawned")
+	}
+	h.monitor()
+	if n := len(h.store.transitions(id)); n != 1 {
+		t.Fatalf("%d transitions, want the one committed while the actor stopped", n)
 	}
 }
 
@@ -430,24 +481,7 @@ func TestDroppedDormantServersLeaveTheGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Stop(ctx) })
-	healthy := func() int64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(ctx, &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, mt := range sm.Metrics {
-				if g, ok := mt.Data.(metricdata.Gauge[int64]); ok && mt.Name == "mcpfleet.servers" {
-					for _, dp := range g.DataPoints {
-						if v, _ := dp.Attributes.Value("status"); v.AsString() == string(health.Healthy) {
-							return dp.Value
-						}
-					}
-				}
-			}
-		}
-		return 0
-	}
+	healthy := func() int64 { return serversGauge(t, reader, health.Healthy) }
 	all := shard.All()
 	own := func(shards []int) {
 		t.Helper()
@@ -933,4 +967,26 @@ func TestHeartbeatCallerGivesUp(t *testing.T) {
 	if tr := h.store.transitions(id); len(tr) != 2 || tr[1].To != health.Healthy {
 		t.Fatalf("transitions %+v, want unhealthy then the recovery", tr)
 	}
+}
+
+// serversGauge is the mcpfleet.servers gauge's value for status in reader (0: no data point). It is
+// safe on any goroutine; a collection error is reported with t.Error.
+func serversGauge(t *testing.T, reader *sdkmetric.ManualReader, status health.Status) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Error(err)
+		return 0
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if g, ok := mt.Data.(metricdata.Gauge[int64]); ok && mt.Name == "mcpfleet.servers" {
+				for _, dp := range g.DataPoints {
+					if v, _ := dp.Attributes.Value("status"); v.AsString() == string(status) {
+						return dp.Value
+					}
+				}
+			}
+		}
+	}
+	return 0
 }
