@@ -75,6 +75,12 @@ type Config struct {
 	// ServiceCPUProfile, with ServicePprof, is where the service's CPU profile of the steady phase is
 	// written (go tool pprof reads it). Empty: none taken.
 	ServiceCPUProfile string
+	// ColdStartRuns, if positive, makes the run the cold-start step instead of a load run (coldstart.go):
+	// register N modules, then restart the service (ServiceCommand, ServicePID first) this many times.
+	ColdStartRuns int
+	// ColdStartFile is a cold-start step's JSON summary, which the load run reports and judges the
+	// cold-start target by. Empty: the target is judged by the run's own first restart.
+	ColdStartFile string
 
 	// SelfExe is the executable re-run as "noop-server" for the ceiling
 	// phase. Not a flag: Main sets it to os.Executable().
@@ -154,6 +160,8 @@ func newFlagSet(cfg *Config, jitter *relDuration, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.ServiceLog, "service-log", ".data/bench-serve-restart", "output of the restarted service goes to PREFIX-<i>.log")
 	fs.StringVar(&cfg.ServiceCPUProfile, "service-cpuprofile", "", "with --service-pprof: write the service's CPU profile of the steady phase to this file")
 	fs.StringVar(&cfg.ServicePprof, "service-pprof", "", "base URL of the service's profiler (MCPFLEET_PPROF_ADDR, e.g. http://127.0.0.1:6061), for the live heap per server; empty: not measured")
+	fs.IntVar(&cfg.ColdStartRuns, "cold-start-runs", 0, "run the cold-start step instead of a load run: register --n modules, send no heartbeat, restart the service (--service-command) this many times and measure each time to ready (with --json, its summary on stdout)")
+	fs.StringVar(&cfg.ColdStartFile, "cold-start-file", "", "a cold-start step's JSON summary, to report and to judge the cold-start target by (empty: the run's own first restart)")
 	return fs
 }
 
@@ -239,6 +247,9 @@ func (c Config) Validate() error {
 	check(c.ReferencePool == 0 || (c.ReferencePool >= 1 && c.ReferencePool <= 1000), "--reference-pool must be 1 to 1000, got %d", c.ReferencePool)
 	check(c.ServiceDatabase == "" || c.PGURL != "", "--service-database needs --pg-url")
 	check(c.ServiceCommand == "" || c.ServicePID > 0, "--service-command needs --service-pid")
+	check(c.ColdStartRuns >= 0 && c.ColdStartRuns <= 100, "--cold-start-runs must be 0 to 100, got %d", c.ColdStartRuns)
+	check(c.ColdStartRuns == 0 || c.ServiceCommand != "", "--cold-start-runs needs --service-command (and --service-pid)")
+	check(c.ColdStartRuns == 0 || c.ColdStartFile == "", "--cold-start-file is for a load run, not for the cold-start step (--cold-start-runs)")
 	if err := checkTarget(c.BaseURL, c.AllowRemote); err != nil {
 		errs = append(errs, err)
 	}

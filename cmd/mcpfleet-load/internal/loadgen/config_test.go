@@ -92,6 +92,10 @@ func TestParseConfigValidation(t *testing.T) {
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
 		{"no p99 to hold sizes to", []string{"--hold-p99", "0s"}, "--hold-p99"},
 		{"no p99 needed without the step-down", []string{"--hold-p99", "0s", "--hold-search=false"}, ""},
+		{"cold-start step", []string{"--cold-start-runs", "3", "--service-command", "bin/mcpfleet", "--service-pid", "1"}, ""},
+		{"cold-start step without a service to restart", []string{"--cold-start-runs", "3"}, "--cold-start-runs needs --service-command"},
+		{"negative cold-start runs", []string{"--cold-start-runs", "-1"}, "--cold-start-runs must be"},
+		{"cold-start step given a step's summary", []string{"--cold-start-runs", "3", "--service-command", "x", "--service-pid", "1", "--cold-start-file", "f"}, "--cold-start-file is for a load run"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,7 +35,24 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdin 
 	// This process only generates load: trade memory for less GC CPU on a
 	// machine it shares with the service.
 	debug.SetGCPercent(400)
+	if cfg.ColdStartRuns > 0 {
+		return runColdStartStep(ctx, cfg, stdout, stderr)
+	}
 	return RunAndReport(ctx, cfg, stdout, stderr)
+}
+
+// runColdStartStep runs the cold-start step and prints its summary as JSON on stdout (with --json),
+// even when an error stopped it early.
+func runColdStartStep(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	step, err := RunColdStart(ctx, cfg, stderr)
+	if step != nil && cfg.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(step); werr != nil {
+			err = errors.Join(err, fmt.Errorf("write JSON summary: %w", werr))
+		}
+	}
+	return err
 }
 
 // RunAndReport runs the load with cfg, writes the Markdown report to

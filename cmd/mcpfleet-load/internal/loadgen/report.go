@@ -48,18 +48,21 @@ const (
 
 // Summary is every figure of a run; it is what --json prints.
 type Summary struct {
-	StartedAt      time.Time             `json:"started_at"`
-	Config         RunConfig             `json:"config"`
-	Registration   RegistrationSummary   `json:"registration"`
-	Warmup         PhaseSummary          `json:"registration_heartbeats"`
-	Steady         PhaseSummary          `json:"steady"`
-	Sweep          SweepSummary          `json:"sweep"`
-	Peak           PhaseSummary          `json:"peak"`
-	Ceiling        PhaseSummary          `json:"ceiling"`
-	RSS            RSSSummary            `json:"rss"`
-	Heap           HeapSummary           `json:"heap"`
-	Tracing        TracingSummary        `json:"tracing"`
-	ColdStart      ColdStartSummary      `json:"cold_start"`
+	StartedAt    time.Time           `json:"started_at"`
+	Config       RunConfig           `json:"config"`
+	Registration RegistrationSummary `json:"registration"`
+	Warmup       PhaseSummary        `json:"registration_heartbeats"`
+	Steady       PhaseSummary        `json:"steady"`
+	Sweep        SweepSummary        `json:"sweep"`
+	Peak         PhaseSummary        `json:"peak"`
+	Ceiling      PhaseSummary        `json:"ceiling"`
+	RSS          RSSSummary          `json:"rss"`
+	Heap         HeapSummary         `json:"heap"`
+	Tracing      TracingSummary      `json:"tracing"`
+	ColdStart    ColdStartSummary    `json:"cold_start"`
+	// ColdStartStep is the cold-start step's summary (Config.ColdStartFile), which the cold-start
+	// target is judged by when it measured a restart; nil: none was run.
+	ColdStartStep  *ColdStartStep        `json:"cold_start_step,omitempty"`
 	Deregistration DeregistrationSummary `json:"deregistration"`
 	Hold           HoldSearch            `json:"hold_search"`
 	Tail           PhaseSummary          `json:"deregistration_heartbeats"`
@@ -576,14 +579,9 @@ func (s *Summary) memoryTargets() []Target {
 
 // startTargets: the registration rate of a whole fleet at once, and the cold start with it in PostgreSQL.
 func (s *Summary) startTargets() []Target {
+	coldText, coldOK, coldMet := s.coldStartText()
 	cold := Target{Name: "cold start: serve to ready with the fleet in PostgreSQL", Threshold: fmt.Sprintf("≤ %.0f s at %s servers", TargetColdStart.Seconds(), thousands(TargetServers)),
-		Measured: "— (this run does not restart the service: --service-command)"}
-	if s.ColdStart.Measured {
-		cold.Measured = fmt.Sprintf("%.2f s at %s servers", s.ColdStart.Seconds, thousands(int64(s.ColdStart.Servers)))
-	} else if s.ColdStart.Error != "" {
-		cold.Measured = "— (" + s.ColdStart.Error + ")"
-	}
-	cold.Result = judge(s.ColdStart.Measured, s.ColdStart.Servers >= TargetServers && s.ColdStart.Seconds <= TargetColdStart.Seconds())
+		Measured: coldText, Result: judge(coldOK, coldMet)}
 	reg := s.Registration
 	rate, reached := reg.FirstRate()
 	measured := fmt.Sprintf("%.0f registrations/s (%s in %.1f s)", rate, thousands(int64(reg.FirstRegistered)), reg.FirstSeconds)
@@ -847,6 +845,20 @@ func memoryFigures(f figures, s *Summary) {
 }
 
 func restartFigures(f figures, s *Summary) {
+	if step := s.ColdStartStep; step != nil {
+		ph := "cold-start step"
+		f.row(ph, fmt.Sprintf("modules registered on a fresh database (H = %s, no heartbeats)", secs(step.IntervalSeconds)), thousands(int64(step.Servers)), "servers")
+		f.row(ph, "registration time", f2(step.RegistrationSeconds), "s")
+		for i, v := range step.ReadySeconds {
+			f.row(ph, fmt.Sprintf("restart %d: serve to ready", i+1), f2(v), "s")
+			if i < len(step.RSSAtReadyKiB) && step.RSSAtReadyKiB[i] > 0 {
+				f.row(ph, fmt.Sprintf("restart %d: service RSS at ready", i+1), thousands(step.RSSAtReadyKiB[i]), "KiB")
+			}
+		}
+		if step.Error != "" {
+			f.row(ph, "stopped early", step.Error, "")
+		}
+	}
 	if s.ColdStart.Measured {
 		f.row("cold start", fmt.Sprintf("serve to ready with %s servers in PostgreSQL", thousands(int64(s.ColdStart.Servers))), f2(s.ColdStart.Seconds), "s")
 		if s.ColdStart.RSSAtReadyKiB > 0 {
@@ -945,7 +957,15 @@ func writeHowToRead(b *strings.Builder, s *Summary) {
 	fmt.Fprintf(b, "- The peak is a closed loop of %d workers heartbeating as fast as they can, with the steady schedule still running underneath (both count). The ceiling is the same closed loop against a no-op gin server in a child process, measured first while the service is idle; the same no-op server is then driven at the steady rate (N/H requests/s, paced evenly, through %d connections, after a 1 s warm-up) — the same load as the steady phase — and its CPU per request there is what the service's CPU per steady heartbeat is divided by: at a closed loop's rate every request costs less (fewer wake-ups, more requests per read and write), so the closed loop's figure, also shown, would compare unlike loads.\n", s.Config.PeakWorkers, s.Config.Connections)
 	fmt.Fprintf(b, "- RSS growth per server is (VmRSS after the steady phase − VmRSS before registration) / servers registered. The live heap per server is the same difference of the heap profile's in-use bytes (`/debug/pprof/heap?gc=1`: as of a collection the request forces, each record scaled for the sampling as pprof does; live objects only, without the garbage a collection cycle lets accumulate, stacks or runtime overhead). Runs before 2026-12-05 took the profile's HeapAlloc, which a saturated service inflated with what it allocated while the profile was written.\n")
 	fmt.Fprintf(b, "- CPU per heartbeat is the CPU (user + system, from `/proc/<pid>/stat`, 10 ms resolution) that the service process, and the PostgreSQL backends serving its database (pids from `pg_stat_activity`), spent during the steady phase, divided by the heartbeats answered 200 in it; the sweeps and the monitor's work in that window count too, PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) do not. The no-op server's CPU per request is measured the same way, over its run at the steady rate (and, shown beside it, over the ceiling's closed loop), after a warm-up.\n")
-	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, thirteen times, each with one tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) or 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again. The configurations run in a balanced order — off, 1 %%, 100 %%, off, 100 %%, 1 %%, twice, then off — so each kind has the same mean position and follows each other kind exactly twice, never itself: a steady drift of the machine's speed, and what a run leaves behind for the next, fall on all of them alike. A tracing configuration's throughput is the mean rate of its four runs ÷ the mean of the five tracing-off runs', and each run is also shown on its own against that mean. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n")
+	coldFigure := ""
+	if s.ColdStartStep != nil {
+		coldFigure = " of this run's fleet (the target is judged by the cold-start step's, below)"
+	}
+	fmt.Fprintf(b, "- The restart phases stop the service (SIGTERM) after the peak and start it again on the same database, with the run's fleet in it, thirteen times, each with one tracing configuration: off, 100 %% (`OTEL_TRACES_SAMPLER=always_on`) or 1 %% parent-based (`parentbased_traceidratio`, 0.01), exporting OTLP/HTTP to a discard collector in the load generator. Serve to ready is from starting the process to its first `/readyz` 200; the first (tracing off) is the cold-start figure%s. The steady schedule's heartbeats of the first H after ready are reported on their own (every module heartbeats once in it, so what the service must read again after a restart — each server's owner for the heartbeat's authorisation — is read there, not in the closed loop). Each then runs the peak's closed loop again. The configurations run in a balanced order — off, 1 %%, 100 %%, off, 100 %%, 1 %%, twice, then off — so each kind has the same mean position and follows each other kind exactly twice, never itself: a steady drift of the machine's speed, and what a run leaves behind for the next, fall on all of them alike. A tracing configuration's throughput is the mean rate of its four runs ÷ the mean of the five tracing-off runs', and each run is also shown on its own against that mean. While the service is down the steady schedule's heartbeats are dropped, not sent, as a fleet backing off would.\n", coldFigure)
+	if s.ColdStartStep != nil {
+		fmt.Fprintf(b, "- The cold-start step runs before the load run, on a fresh database of its own: it registers its modules through the API as the registration phase does (at H = %s, so that none has to heartbeat and every registration goes in), then stops the service (SIGTERM) and starts it again, tracing off, %d times, %s after each ready, each timed from starting the process to its first `/readyz` 200. The cold-start target is judged by the slowest of its restarts at its fleet's size, which does not depend on how large a fleet the load run could hold; the load run's own first restart is shown beside it.\n",
+			secs(s.ColdStartStep.IntervalSeconds), s.ColdStartStep.Runs, secs(coldStartSettle.Seconds()))
+	}
 }
 
 // comparisonRow is one line of the table against the reference.

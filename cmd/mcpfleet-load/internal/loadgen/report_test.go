@@ -1,6 +1,7 @@
 package loadgen_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -95,6 +96,26 @@ func TestTargets(t *testing.T) {
 			map[string]string{full: unmeasured, ratio: unmeasured, cold: unmeasured}},
 		{"slow cold start", func(s *loadgen.Summary) { s.ColdStart.Seconds = 2.01 }, map[string]string{cold: notMet}},
 		{"cold start of a smaller fleet", func(s *loadgen.Summary) { s.ColdStart.Servers = 100_000 }, map[string]string{cold: notMet}},
+		// The cold-start step, when it measured a restart, is what the target is judged by: its slowest
+		// restart at its own fleet's size, whatever the run's own restart measured.
+		{"the step's restarts all in time, the run's own fleet smaller", func(s *loadgen.Summary) {
+			s.ColdStart.Servers = 238_367
+			s.ColdStartStep = &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, ReadySeconds: []float64{1.2, 2.0, 1.4}}
+		}, nil},
+		{"the step's slowest restart late", func(s *loadgen.Summary) {
+			s.ColdStartStep = &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, ReadySeconds: []float64{1.2, 2.01, 1.4}}
+		}, map[string]string{cold: notMet}},
+		{"the step's fleet smaller", func(s *loadgen.Summary) {
+			s.ColdStartStep = &loadgen.ColdStartStep{Servers: 249_999, Runs: 3, ReadySeconds: []float64{1.2, 1.3, 1.4}}
+		}, map[string]string{cold: notMet}},
+		{"the step measured no restart: the run's own judged", func(s *loadgen.Summary) {
+			s.ColdStart.Seconds = 2.01
+			s.ColdStartStep = &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, Error: "restart 1: the service exited before it was ready"}
+		}, map[string]string{cold: notMet}},
+		{"the step measured no restart, the run none either", func(s *loadgen.Summary) {
+			s.ColdStart = loadgen.ColdStartSummary{}
+			s.ColdStartStep = &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, Error: "restart 1: the service exited before it was ready"}
+		}, map[string]string{cold: unmeasured}},
 		{"fat servers", func(s *loadgen.Summary) { s.RSS.PerServerKiB = 2.51 }, map[string]string{rss: notMet}},
 		{"no pid", func(s *loadgen.Summary) { s.RSS = loadgen.RSSSummary{} }, map[string]string{rss: unmeasured}},
 		{"slow registration to 100,000", func(s *loadgen.Summary) { s.Registration.FirstSeconds = 20.01 }, map[string]string{reg: notMet}},
@@ -165,6 +186,52 @@ func TestTracingTargetsShowTheSpread(t *testing.T) {
 		if measured[name] != want {
 			t.Errorf("%s: measured %q, want %q", name, measured[name], want)
 		}
+	}
+}
+
+// The cold-start target's cell names every restart of the step and the run's own figure beside it,
+// and what stopped the step when it measured none.
+func TestColdStartTargetText(t *testing.T) {
+	const cold = "cold start: serve to ready with the fleet in PostgreSQL"
+	for _, tt := range []struct {
+		name string
+		step *loadgen.ColdStartStep
+		want string
+	}{
+		{"no step", nil, "1.50 s at 250,000 servers"},
+		{"the step", &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, ReadySeconds: []float64{1.234, 1.9, 1.5}},
+			"1.90 s at 250,000 servers (the slowest of 3 restarts: 1.23, 1.90, 1.50 s); this run's fleet: 1.50 s at 250,000 servers"},
+		{"the step stopped after one restart", &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, ReadySeconds: []float64{1.7}, Error: "restart 2: boom"},
+			"1.70 s at 250,000 servers (the slowest of 1 restarts: 1.70 s); this run's fleet: 1.50 s at 250,000 servers"},
+		{"the step measured none", &loadgen.ColdStartStep{Servers: 250_000, Runs: 3, Error: "restart 1: boom"},
+			"1.50 s at 250,000 servers (cold-start step: restart 1: boom)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := goodSummary()
+			s.ColdStartStep = tt.step
+			s.Evaluate()
+			for _, tg := range s.Targets {
+				if tg.Name == cold && tg.Measured != tt.want {
+					t.Errorf("measured %q, want %q", tg.Measured, tt.want)
+				}
+			}
+			var b strings.Builder
+			if err := loadgen.WriteMarkdown(&b, s); err != nil {
+				t.Fatal(err)
+			}
+			md := b.String()
+			if got := strings.Contains(md, "- The cold-start step runs before the load run"); got != (tt.step != nil) {
+				t.Errorf("the report explains the cold-start step: %v, want %v", got, tt.step != nil)
+			}
+			if tt.step == nil {
+				return
+			}
+			for i, v := range tt.step.ReadySeconds {
+				if row := fmt.Sprintf("| cold-start step | restart %d: serve to ready | %.2f | s |", i+1, v); !strings.Contains(md, row) {
+					t.Errorf("no row %q", row)
+				}
+			}
+		})
 	}
 }
 

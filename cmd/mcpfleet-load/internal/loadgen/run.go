@@ -161,6 +161,14 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 	if cfg.ReadKey == "" {
 		cfg.ReadKey = cfg.APIKey
 	}
+	var coldStep *ColdStartStep
+	if cfg.ColdStartFile != "" {
+		step, err := ReadColdStartStep(cfg.ColdStartFile)
+		if err != nil {
+			return nil, err
+		}
+		coldStep = step
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
 	defer cancel()
 
@@ -179,7 +187,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		}
 	}
 
-	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg)}
+	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg), ColdStartStep: coldStep}
 	s.LoadAverage[0] = loadAverage()
 	stopProgress := r.startProgress(ctx)
 	defer stopProgress()
