@@ -11,6 +11,9 @@
 # server, default postgres://postgres@127.0.0.1:5432), BENCH_REPORT (bench/REPORT.md), BENCH_REFERENCE (1: after
 # mcpfleet, drive the naive reference server with the same load on its own fresh database and report both; 0
 # skips it), BENCH_MAX_RUNTIME (the whole load run's limit, 60m), BENCH_EXTRA (more mcpfleet-load flags), and any MCPFLEET_* / OTEL_* variable for the service.
+# Before the load run, the cold-start step registers BENCH_COLD_N modules (default 250000, the target's fleet,
+# whatever BENCH_N is; 0 skips the step) on a database of its own at H = 10 min (no heartbeats) and restarts the
+# service BENCH_COLD_RUNS times (3); the load run's report judges the cold-start target by it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${BENCH_N:-100000}
@@ -51,6 +54,33 @@ PID=
 trap 'if [ -n "$PID" ]; then kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; fi' EXIT
 
 if [ "$MODE" = all ] || [ "$MODE" = load ]; then
+	COLD_N=${BENCH_COLD_N:-250000}
+	COLD_FILE=.data/bench-cold-start.json
+	COLD_FLAGS=()
+	rm -f "$COLD_FILE"
+	if [ "$COLD_N" != 0 ]; then
+		fresh_db ${DB}_cold
+		MODULE_KEY=$(bin/mcpfleet apikey create --tenant "$TENANT" --role module | field api_key)
+		COLD_ENV=(MCPFLEET_DATABASE_URL="$APP_URL" MCPFLEET_HTTP_ADDR="127.0.0.1:$PORT" MCPFLEET_HEARTBEAT_INTERVAL=10m
+			MCPFLEET_DB_MAX_CONNS="${MCPFLEET_DB_MAX_CONNS:-16}" MCPFLEET_LOG_LEVEL="${MCPFLEET_LOG_LEVEL:-warn}")
+		env "${COLD_ENV[@]}" bin/mcpfleet serve 2>.data/bench-cold-serve.log &
+		PID=$!
+		wait_ready .data/bench-cold-serve.log
+		echo "bench: cold-start step: $COLD_N modules on their own database, then ${BENCH_COLD_RUNS:-3} restarts" >&2
+		# The step stops this service (its first restart) and the one it started last.
+		if ! env "${COLD_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --n "$COLD_N" \
+			--interval 10m --ramp 0 --service-pid "$PID" --service-command bin/mcpfleet --service-log .data/bench-cold-serve-restart \
+			--cold-start-runs "${BENCH_COLD_RUNS:-3}" --max-runtime 20m --json >"$COLD_FILE"; then
+			echo "bench: the cold-start step failed; the report says what it measured" >&2
+		fi
+		kill -TERM $PID 2>/dev/null || true
+		wait $PID 2>/dev/null || true
+		PID=
+		psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE ${DB}_cold WITH (FORCE)" >/dev/null
+		if [ -s "$COLD_FILE" ]; then
+			COLD_FLAGS=(--cold-start-file "$COLD_FILE")
+		fi
+	fi
 	fresh_db $DB
 	REF_FLAGS=(--pg-url "$PG/postgres" --service-database "$DB")
 	if [ "$REFERENCE" != 0 ]; then
@@ -74,7 +104,7 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 	env "${SERVE_ENV[@]}" bin/mcpfleet-load --base-url "http://127.0.0.1:$PORT" --api-key "$MODULE_KEY" --read-key "$READ_KEY" \
 		--n "$N" --interval "$H" --duration "$DURATION" --ramp "${BENCH_RAMP:-0}" --service-pid "$PID" --report "$REPORT" "${REF_FLAGS[@]}" \
 		--service-command bin/mcpfleet --service-log .data/bench-serve-restart --service-pprof "http://127.0.0.1:$PPROF_PORT" \
-		--service-cpuprofile .data/bench-service-cpu.pprof --max-runtime "${BENCH_MAX_RUNTIME:-60m}" ${BENCH_EXTRA:-}
+		--service-cpuprofile .data/bench-service-cpu.pprof --max-runtime "${BENCH_MAX_RUNTIME:-60m}" "${COLD_FLAGS[@]}" ${BENCH_EXTRA:-}
 	echo "bench: report written to $REPORT" >&2
 	kill -TERM $PID 2>/dev/null || true
 	wait $PID 2>/dev/null || true
