@@ -76,7 +76,8 @@ if [ "$MODE" = all ] || [ "$MODE" = load ]; then
 		kill -TERM $PID 2>/dev/null || true
 		wait $PID 2>/dev/null || true
 		PID=
-		psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE ${DB}_cold WITH (FORCE)" >/dev/null
+		# Dropped, and a checkpoint taken, so that the step's writes are not flushed during the load run's ceiling.
+		psql "$PG/postgres" -v ON_ERROR_STOP=1 -qc "DROP DATABASE ${DB}_cold WITH (FORCE)" -c "CHECKPOINT" >/dev/null
 		if [ -s "$COLD_FILE" ]; then
 			COLD_FLAGS=(--cold-start-file "$COLD_FILE")
 		fi
