@@ -132,9 +132,13 @@ var loadPage = 1000
 // pages — ORDER BY server_id LIMIT n — made PostgreSQL sort the rest of a range for every page, on disk
 // once it passed work_mem: 170–470 ms a page of 10,000 on the benchmark's table of 100,000 servers,
 // against 50 ms for a quarter of the table unordered; serve's load of those 100,000 went from 1.51 to
-// 1.38 s.) Server ids are uniformly distributed (random or hashed), so at 100,000 servers a range is
-// ~1,600 rows and at 10,000,000 ~160,000.
-const loadRanges = 64
+// 1.38 s.) Server ids are random, and rows lie in the heap in the order their servers registered, so a
+// range's rows are spread over nearly every block of the table: each range reads about min(its rows,
+// the table's blocks) blocks, and fewer ranges read fewer. One range per reader (loadParts): serve to
+// ready with 250,000 servers 2.97–3.75 s against 4.08–4.38 s with 64 ranges (five restarts each,
+// alternated, on a slow hour of the benchmark machine; each of 64 ranges' ~3,900 rows lay in ~3,600 of
+// the table's 22,800 blocks).
+const loadRanges = loadParts
 
 // loadParts is how many ranges LoadServers reads at once, each on a connection of its own: PostgreSQL's
 // backends find and send the rows while this process decodes them, which keeps both of a small
