@@ -323,6 +323,12 @@ func TestLoadServersInPages(t *testing.T) {
 			t.Errorf("pages of %d: loaded %v, want %v", page, got, want)
 		}
 	}
+	// What the load is sized by: each tenant's own servers, none for a tenant without any.
+	for tenant, want := range map[uuid.UUID]int{d.tenant: len(ids), other: 1, d.newTenant("empty"): 0} {
+		if got, err := d.store.ServerTotal(ctx, tenant); err != nil || got != want {
+			t.Errorf("ServerTotal = %d, %v; want %d", got, err, want)
+		}
+	}
 }
 
 // When fn fails, LoadServers stops calling it and returns its error (after the ranges still being read

@@ -86,6 +86,19 @@ func (s *Store) ListServers(ctx context.Context, tenantID uuid.UUID, f ServerFil
 	return out, nil
 }
 
+// ServerTotal returns how many servers tenantID has, in every status, from the count kept beside them
+// (tenant_server_counts: one row read, not a scan).
+func (s *Store) ServerTotal(ctx context.Context, tenantID uuid.UUID) (int, error) {
+	var n int64
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`, tenantID).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count servers: %w", err)
+	}
+	return int(n), nil
+}
+
 // CountByStatus returns how many servers of tenantID are in each status.
 func (s *Store) CountByStatus(ctx context.Context, tenantID uuid.UUID) (map[health.Status]int, error) {
 	out := map[health.Status]int{}
