@@ -180,6 +180,18 @@ func (s *fakeStore) LoadServers(_ context.Context, tenantID uuid.UUID, fn func(p
 	return nil
 }
 
+func (s *fakeStore) ServerTotal(_ context.Context, tenantID uuid.UUID) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sv := range s.servers {
+		if sv.TenantID == tenantID {
+			n++
+		}
+	}
+	return n, nil
+}
+
 var _ Store = (*fakeStore)(nil)
 
 // TakeSilencePermits keeps each tenant's mass-silence count in memory, applied one call at a time as

@@ -85,6 +85,7 @@ type Store interface {
 	alertStore
 	silenceStore
 	LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error
+	ServerTotal(ctx context.Context, tenantID uuid.UUID) (int, error)
 }
 
 var _ Store = (*persistence.Store)(nil)
@@ -369,6 +370,16 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	if err != nil {
 		return fmt.Errorf("load fleet: %w", err)
 	}
+	// The fleet sizes its maps once for the whole load (loadMsg.expect) instead of growing them: growing
+	// to 250,000 servers was a fifth of the service's CPU in a cold start.
+	expect := 0
+	for _, t := range tenants {
+		total, err := store.ServerTotal(ctx, t)
+		if err != nil {
+			return fmt.Errorf("load fleet: %w", err)
+		}
+		expect += total
+	}
 	n := 0
 	chunk := make([]*serverRecord, 0, loadChunk)
 	for _, t := range tenants {
@@ -376,7 +387,8 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 			r := newLoadedRecord(s)
 			f.metrics.ServerStatus("", r.row.statusOf())
 			if chunk = append(chunk, r); len(chunk) == loadChunk {
-				f.system.Root.Send(f.fleet, &loadMsg{records: chunk})
+				f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
+				expect = 0 // the first message sizes the maps
 				chunk = make([]*serverRecord, 0, loadChunk)
 			}
 			n++
@@ -387,7 +399,7 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 		}
 	}
 	if len(chunk) > 0 {
-		f.system.Root.Send(f.fleet, &loadMsg{records: chunk})
+		f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
 	}
 	f.readyAt = f.clock.Now()
 	if _, err := f.system.Root.RequestFuture(f.fleet, &armLoaded{at: f.readyAt, stall: f.stall.Total()}, time.Minute).Result(); err != nil {
