@@ -316,12 +316,7 @@ func TestTakenDownKeepsDeadline(t *testing.T) {
 // seen here as the respawn finding the servers gauge before the transition (without finishInFlight this
 // test fails nearly every run: the respawn is quicker than the commit behind the release).
 func TestStopAnswersTheStashAndFinishesTheWrite(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := telemetry.NewMetrics(mp, mp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reader := testMetrics(t)
 	h := unstartedHarness(t)
 	h.metrics = m
 	unhealthyAtRespawn := make(chan int64, 1)
@@ -467,12 +462,7 @@ func TestServerPIDsAreKeptAndForgotten(t *testing.T) {
 // anything woke them leave the servers gauge as running ones do (on handOff); without it the gauge of a
 // node that took and gave up a shard kept counting servers it no longer ran.
 func TestDroppedDormantServersLeaveTheGauge(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := telemetry.NewMetrics(mp, mp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reader := testMetrics(t)
 	ctx := context.Background()
 	store, tenant := newFakeStore(), uuid.New()
 	f, err := Start(ctx, Config{HeartbeatInterval: testH, MonitorInterval: testH / 2, ManualMonitor: true, WriteTimeout: 2 * time.Second, Sharded: true},
@@ -967,6 +957,17 @@ func TestHeartbeatCallerGivesUp(t *testing.T) {
 	if tr := h.store.transitions(id); len(tr) != 2 || tr[1].To != health.Healthy {
 		t.Fatalf("transitions %+v, want unhealthy then the recovery", tr)
 	}
+}
+
+// testMetrics are metrics read through the returned reader.
+func testMetrics(t *testing.T) (*telemetry.Metrics, *sdkmetric.ManualReader) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := telemetry.NewMetrics(mp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reader
 }
 
 // serversGauge is the mcpfleet.servers gauge's value for status in reader (0: no data point). It is
