@@ -165,8 +165,9 @@ const loadParts = 4
 // never concurrently: always on the caller's goroutine. The server_id space is cut into loadRanges
 // ranges, loadParts of them read at the same time, each by one statement in a transaction of its own
 // whose rows are handed over in pages of at most loadPage as they arrive: a large fleet is streamed in
-// a few round trips with a bounded amount of it in memory, and no transaction or snapshot lasts the
-// whole load. When fn or a read fails, the reads still in flight are cancelled and waited for before
+// a few round trips with a bounded amount of it in memory; a transaction lasts as long as its range
+// takes to read (with one range per reader, about the whole load: ~3 s at 250,000 servers on the
+// benchmark's machine, holding back vacuum's horizon no longer than that). When fn or a read fails, the reads still in flight are cancelled and waited for before
 // LoadServers returns the first error.
 func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
 	ctx, cancel := context.WithCancel(ctx)
