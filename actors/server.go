@@ -358,29 +358,26 @@ func (a *serverActor) persist(ctx actor.Context, cmd persistence.Command, trc te
 
 // inFlight is a future the server actor awaits and what it does with the answer.
 type inFlight struct {
-	fut      *actor.Future
-	cont     func(res any, err error)
-	finished bool // cont has run (or is running): a second delivery does nothing
+	fut  *actor.Future
+	cont func(res any, err error)
 }
 
 // reenterAfter is ctx.ReenterAfter for the one write or permit a busy server actor awaits: cont runs in
 // the actor when fut completes — or in place, before the actor terminates, if it is stopped first
 // (finishInFlight). cont runs once either way.
 func (a *serverActor) reenterAfter(ctx actor.Context, fut *actor.Future, cont func(res any, err error)) {
-	w := &inFlight{fut: fut, cont: cont}
-	a.inflight = w
-	ctx.ReenterAfter(fut, func(res any, err error) { a.finish(w, res, err) })
+	a.inflight = &inFlight{fut: fut, cont: cont}
+	ctx.ReenterAfter(fut, func(res any, err error) { a.finish(fut, res, err) })
 }
 
-// finish runs w's continuation unless it has run already.
-func (a *serverActor) finish(w *inFlight, res any, err error) {
-	if w.finished {
-		return // finished in place by finishInFlight while this incarnation stopped
+// finish runs the continuation of fut if the actor still awaits it; once it has run (in place, by
+// finishInFlight while this incarnation stopped), the actor awaits another future or none.
+func (a *serverActor) finish(fut *actor.Future, res any, err error) {
+	w := a.inflight
+	if w == nil || w.fut != fut {
+		return
 	}
-	w.finished = true
-	if a.inflight == w {
-		a.inflight = nil
-	}
+	a.inflight = nil
 	w.cont(res, err)
 }
 
@@ -393,9 +390,9 @@ func (a *serverActor) finish(w *inFlight, res any, err error) {
 // the next incarnation is made in the same mailbox, behind the answer.
 func (a *serverActor) finishInFlight() {
 	for a.inflight != nil {
-		w := a.inflight
-		res, err := w.fut.Result()
-		a.finish(w, res, err)
+		fut := a.inflight.fut
+		res, err := fut.Result()
+		a.finish(fut, res, err)
 	}
 }
 

@@ -991,3 +991,27 @@ func serversGauge(t *testing.T, reader *sdkmetric.ManualReader, status health.St
 	}
 	return 0
 }
+
+// TestFinishRunsAContinuationOnce: the answer to the future a server actor awaits runs its continuation
+// once — a second delivery (protoactor's, after finishInFlight ran it in place) does nothing — and the
+// answer to a future the actor no longer awaits never runs the continuation of the one it awaits now.
+func TestFinishRunsAContinuationOnce(t *testing.T) {
+	system := actor.NewActorSystem()
+	first, second := actor.NewFuture(system, time.Second), actor.NewFuture(system, time.Second)
+	var ran []string
+	a := &serverActor{}
+	a.inflight = &inFlight{fut: first, cont: func(any, error) {
+		ran = append(ran, "first")
+		a.inflight = &inFlight{fut: second, cont: func(any, error) { ran = append(ran, "second") }}
+	}}
+	a.finish(first, nil, nil)
+	a.finish(first, nil, nil) // the first's late delivery: the actor awaits the second now
+	if fmt.Sprint(ran) != "[first]" {
+		t.Fatalf("continuations run %v after the first future's two deliveries, want [first]", ran)
+	}
+	a.finish(second, nil, nil)
+	a.finish(second, nil, nil)
+	if fmt.Sprint(ran) != "[first second]" || a.inflight != nil {
+		t.Fatalf("continuations run %v, awaiting %+v; want [first second], nothing", ran, a.inflight)
+	}
+}
