@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"net"
 	"net/http"
@@ -130,10 +131,7 @@ func carryoverBalanced(rounds int, base, a, b tracingKind) []tracingKind {
 func (t *TracingSummary) kindMean(kind string, value func(TracingRun) (float64, bool)) (float64, int) {
 	var sum float64
 	n := 0
-	for j, run := range t.Runs {
-		if j >= len(tracingConfigs) || tracingConfigs[j].kind != kind {
-			continue
-		}
+	for _, run := range t.runsOf(kind) {
 		if v, ok := value(run); ok {
 			sum += v
 			n++
@@ -143,6 +141,17 @@ func (t *TracingSummary) kindMean(kind string, value func(TracingRun) (float64, 
 		return 0, 0
 	}
 	return sum / float64(n), n
+}
+
+// runsOf yields the runs of kind with their indexes.
+func (t *TracingSummary) runsOf(kind string) iter.Seq2[int, TracingRun] {
+	return func(yield func(int, TracingRun) bool) {
+		for j, run := range t.Runs {
+			if j < len(tracingConfigs) && tracingConfigs[j].kind == kind && !yield(j, run) {
+				return
+			}
+		}
+	}
 }
 
 // offMean is the mean of value over the tracing-off runs for which value is known; 0 if none.
@@ -211,10 +220,7 @@ func (t *TracingSummary) KindVsOff(kind string) (percent, rate float64, runs int
 // comparison is complete or when no run of kind answered. It says how far one run can be trusted: a
 // kind's mean whose distance from 100 % is within off's own spread is within the machine's noise.
 func (t *TracingSummary) KindSpread(kind string) (lo, hi float64, runs int, ok bool) {
-	for j := range t.Runs {
-		if j >= len(tracingConfigs) || tracingConfigs[j].kind != kind {
-			continue
-		}
+	for j := range t.runsOf(kind) {
 		p, known := t.ThroughputVsOff(j)
 		if !known {
 			continue
