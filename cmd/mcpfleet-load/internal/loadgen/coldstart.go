@@ -56,21 +56,14 @@ const coldStartSettle = 5 * time.Second
 // off, each time measuring the time to /readyz 200 and the RSS at ready, and stops the last one. The
 // summary holds what was measured even when an error stopped the step.
 func RunColdStart(ctx context.Context, cfg Config, log io.Writer) (*ColdStartStep, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if cfg.ColdStartRuns < 1 {
 		return nil, errors.New("the cold-start step needs --cold-start-runs")
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
-	defer cancel()
-	r, err := newRunner(cfg, log)
+	r, ctx, end, err := begin(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	defer r.regHC.CloseIdleConnections()
-	stopProgress := r.startProgress(ctx)
-	defer stopProgress()
+	defer end()
 	r.cur.Store(newPhase("cold start")) // the registration's heartbeat window: none is sent
 	step := &ColdStartStep{Runs: cfg.ColdStartRuns, IntervalSeconds: cfg.Interval.Seconds()}
 

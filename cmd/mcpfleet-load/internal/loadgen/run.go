@@ -155,12 +155,6 @@ type runner struct {
 // targets were missed returns its summary and, with cfg.Strict,
 // ErrTargetsMissed.
 func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.ReadKey == "" {
-		cfg.ReadKey = cfg.APIKey
-	}
 	var coldStep *ColdStartStep
 	if cfg.ColdStartFile != "" {
 		step, err := ReadColdStartStep(cfg.ColdStartFile)
@@ -169,14 +163,12 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		}
 		coldStep = step
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
-	defer cancel()
-
-	r, err := newRunner(cfg, log)
+	r, ctx, end, err := begin(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	defer r.regHC.CloseIdleConnections()
+	defer end()
+	cfg = r.cfg
 	if cfg.PGURL != "" && cfg.ServiceDatabase != "" {
 		conn, err := pgx.Connect(ctx, cfg.PGURL)
 		if err != nil {
@@ -189,8 +181,6 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 
 	s := &Summary{StartedAt: time.Now().UTC(), Config: summarizeConfig(cfg), ColdStartStep: coldStep}
 	s.LoadAverage[0] = loadAverage()
-	stopProgress := r.startProgress(ctx)
-	defer stopProgress()
 
 	// (d) The ceiling first, while the service is idle and before any
 	// module exists, so that nothing else competes with the no-op server.
@@ -298,6 +288,29 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Summary, error) {
 		s.Reference = r.runReference(ctx, reg.summary.Registered)
 	}
 	return s, r.conclude(ctx, s)
+}
+
+// begin validates cfg and returns the runner of a run with it (ReadKey defaulted), its progress lines
+// started, ctx bounded by cfg.MaxRuntime, and end, which stops them all when the run is over.
+func begin(ctx context.Context, cfg Config, log io.Writer) (r *runner, _ context.Context, end func(), _ error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.ReadKey == "" {
+		cfg.ReadKey = cfg.APIKey
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.MaxRuntime)
+	r, err := newRunner(cfg, log)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	stopProgress := r.startProgress(ctx)
+	return r, ctx, func() {
+		stopProgress()
+		r.regHC.CloseIdleConnections()
+		cancel()
+	}, nil
 }
 
 // newRunner returns the runner of a run with cfg (validated, ReadKey set), its HTTP clients built.
