@@ -18,10 +18,12 @@ import (
 
 // HoldStep is one fleet size of the step-down search.
 type HoldStep struct {
-	Servers         int          `json:"servers"`      // registered during the window
-	Deregistered    int          `json:"deregistered"` // taken out before it
-	DeregisterFails uint64       `json:"deregister_failures"`
-	Window          PhaseSummary `json:"window"`
+	Servers      int `json:"servers"`      // heartbeating during the window (a failed deregistration: registered, silent)
+	Deregistered int `json:"deregistered"` // taken out before it
+	// DeregisterErrors are the deregistrations of the modules taken out before it that failed: those
+	// modules stop heartbeating all the same and stay registered in the service, silent.
+	DeregisterErrors ErrorSummary `json:"deregister_errors"`
+	Window           PhaseSummary `json:"window"`
 	// FalseSwept is the on-time modules a sweep at the window's end saw non-healthy.
 	FalseSwept int        `json:"false_swept"`
 	CPU        CPUSummary `json:"cpu"`
@@ -42,6 +44,12 @@ type HoldSearch struct {
 	VacuumSeconds float64 `json:"vacuum_seconds,omitempty"`
 	VacuumError   string  `json:"vacuum_error,omitempty"`
 	Autovacuum    string  `json:"autovacuum,omitempty"`
+	// Before the first step, the search waits (recoverForHold) for this run's heartbeating modules to be
+	// healthy again: RecoverySeconds is how long it waited, NonHealthyLeft how many were still degraded
+	// or unhealthy when it stopped (the wait's limit reached), RecoveryError why a sweep failed.
+	RecoverySeconds float64 `json:"recovery_seconds"`
+	NonHealthyLeft  int     `json:"non_healthy_left"`
+	RecoveryError   string  `json:"recovery_error,omitempty"`
 }
 
 // windowHeld is the rule a window of the steady schedule is held by: at least heldShare of the expected
@@ -98,6 +106,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 	r.logf("hold search: the steady phase did not hold %d servers; taking %d out at a time, %s at each size",
 		from, step, window)
 	r.vacuumForHold(ctx, &s.Hold)
+	r.recoverForHold(ctx, &s.Hold)
 	idle := newPhase("hold search") // beats between the windows count nowhere
 	r.cur.Store(idle)
 	for ctx.Err() == nil {
@@ -107,7 +116,7 @@ func (r *runner) searchHeld(ctx context.Context, s *Summary) {
 		}
 		out := evenlySpread(reg, step)
 		d := r.deregister(ctx, out)
-		st := HoldStep{Servers: len(reg) - len(out), Deregistered: d.Deregistered, DeregisterFails: d.Errors.Total}
+		st := HoldStep{Servers: len(reg) - len(out), Deregistered: d.Deregistered, DeregisterErrors: d.Errors}
 		r.settle(ctx)
 		ph := newPhase(fmt.Sprintf("hold %d", st.Servers))
 		r.cur.Store(ph)
@@ -172,6 +181,44 @@ func (r *runner) vacuumForHold(ctx context.Context, h *HoldSearch) {
 	h.VacuumSeconds = took.Seconds()
 	r.logf("hold search: vacuumed and analyzed %s in %s (the server's autovacuum: %s)", r.cfg.ServiceDatabase,
 		took.Round(time.Millisecond), h.Autovacuum)
+}
+
+// recoverLimit is how long recoverForHold waits, in heartbeat intervals: every heartbeating module
+// sends six heartbeats in it, and one accepted heartbeat recovers a server.
+const recoverLimit = 6
+
+// recoverForHold waits, sweeping every H/2, until none of this run's heartbeating modules is degraded or
+// unhealthy, at most recoverLimit H, and records the wait in h. The restarts before the step-down end
+// with closed loops that can put the load generator's own schedule seconds behind, so that modules miss
+// heartbeats and the service rightly judges them; a first step that starts while they recover measures
+// the writer's backlog of transitions and recoveries (which once refused a step's deregistrations by
+// the ten thousand), not the fleet size. A sweep that fails (a list timing out on a busy service) is
+// tried again; if the last one failed, h.RecoveryError says why and NonHealthyLeft is the last count.
+func (r *runner) recoverForHold(ctx context.Context, h *HoldSearch) {
+	start := time.Now()
+	every := max(r.cfg.Interval/2, 100*time.Millisecond)
+	for ctx.Err() == nil {
+		res, err := r.sweep(ctx)
+		h.RecoveryError = ""
+		if err != nil {
+			h.RecoveryError = err.Error()
+		} else if h.NonHealthyLeft = res.degraded + res.unhealthy; h.NonHealthyLeft == 0 {
+			break
+		}
+		if time.Since(start) >= recoverLimit*r.cfg.Interval {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+	}
+	h.RecoverySeconds = time.Since(start).Seconds()
+	if h.RecoveryError != "" {
+		r.note("hold search: waiting for the fleet to recover: %s", h.RecoveryError)
+	}
+	r.logf("hold search: waited %s for the fleet to recover: %d heartbeating modules still degraded or unhealthy",
+		time.Since(start).Round(time.Millisecond), h.NonHealthyLeft)
 }
 
 // sweepFalseDelta sweeps once and returns how many on-time modules it newly found non-healthy.

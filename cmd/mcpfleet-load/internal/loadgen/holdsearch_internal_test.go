@@ -1,14 +1,19 @@
 package loadgen
 
 import (
+	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/quick"
 	"time"
 
+	"github.com/mcpfleet/mcpfleet/fleetclient"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
 )
 
@@ -175,10 +180,10 @@ func TestHoldSearchReportsTheVacuum(t *testing.T) {
 		want, lack string
 	}{
 		{"vacuumed", func(h *HoldSearch) { h.VacuumSeconds, h.Autovacuum = 12.34, "off" },
-			"vacuumed and analyzed the service's database (`VACUUM (ANALYZE)`, 12.3 s; the server's `autovacuum` is off)", "failed"},
+			"vacuumed and analyzed the service's database (`VACUUM (ANALYZE)`, 12.3 s; the server's `autovacuum` is off)", "database before the first step failed"},
 		{"failed", func(h *HoldSearch) { h.VacuumError, h.Autovacuum = "permission denied", "on" },
 			"Vacuuming the service's database before the first step failed (permission denied)", "VACUUM (ANALYZE)"},
-		{"not attempted", func(*HoldSearch) {}, "the deregistration below then covers the rest.\n", "acuum"},
+		{"not attempted", func(*HoldSearch) {}, "the deregistration below then covers the rest. Before the first step it waited", "acuum"},
 	} {
 		s := &Summary{Registration: RegistrationSummary{Registered: 1000}}
 		s.Hold = HoldSearch{Ran: true, LimitP99Ms: 50, WindowSeconds: 30, Steps: []HoldStep{{Servers: 900, Held: true}}, Largest: 900}
@@ -187,6 +192,111 @@ func TestHoldSearchReportsTheVacuum(t *testing.T) {
 		writeHoldSearch(&b, s)
 		if !strings.Contains(b.String(), tc.want) || strings.Contains(b.String(), tc.lack) {
 			t.Errorf("%s: the report's step-down says\n%s\nwant %q, not %q", tc.name, b.String(), tc.want, tc.lack)
+		}
+	}
+}
+
+// recoveryService is a stand-in for the service's server list (the wait's rule is the load generator's
+// own loop; what it needs from the service is a list that changes, which a real service gives only
+// after 2H of a module's silence): the first listed answers of GET /v1/mcp/servers?status=degraded list
+// ids, the rest list none; any other status lists none; fail answers 500 to every list.
+func recoveryService(t *testing.T, listed int, ids []string, fail bool) (string, *atomic.Int64) {
+	var asked atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail {
+			http.Error(w, `{"title":"boom"}`, http.StatusInternalServerError)
+			return
+		}
+		page := fleetclient.ServerPage{Servers: []fleetclient.Server{}}
+		if r.URL.Query().Get("status") == "degraded" && asked.Add(1) <= int64(listed) {
+			for _, id := range ids {
+				page.Servers = append(page.Servers, fleetclient.Server{ServerID: id, Status: fleetclient.StatusDegraded})
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL, &asked
+}
+
+// TestRecoverForHold: before its first step the step-down waits until none of the run's heartbeating
+// modules is degraded or unhealthy, at most recoverLimit H; servers that are not this run's, or whose
+// modules were taken out, are not waited for; a sweep that fails is tried again, and if the last one failed
+// the wait says so.
+func TestRecoverForHold(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name        string
+		listed      int // degraded lists that name the ids
+		ids         []string
+		fail        bool
+		wantLeft    int
+		wantAsked   int64 // at least
+		wantError   bool
+		wantAtLimit bool
+	}{
+		{"recovers after three sweeps", 3, []string{"ours"}, false, 0, 4, false, false},
+		{"never recovers: stops at the limit", 1 << 30, []string{"ours"}, false, 1, recoverLimit, false, true},
+		{"someone else's and a module taken out are not waited for", 1 << 30, []string{"foreign", "out"}, false, 0, 1, false, false},
+		{"a failing sweep is tried again until the limit", 0, nil, true, 0, 0, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, asked := recoveryService(t, tc.listed, tc.ids, tc.fail)
+			r, err := newRunner(Config{BaseURL: url, N: 2, Interval: interval, Connections: 2, RequestTimeout: time.Second}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.mods[0].id, r.mods[1].id = "ours", "out"
+			r.mods[0].state.Store(stateRegistered)
+			r.mods[1].state.Store(stateDeregistered)
+			r.byID = map[string]int32{"ours": 0, "out": 1}
+			var h HoldSearch
+			r.recoverForHold(t.Context(), &h)
+			if h.NonHealthyLeft != tc.wantLeft || (h.RecoveryError != "") != tc.wantError || asked.Load() < tc.wantAsked {
+				t.Errorf("left %d, error %q, %d degraded lists asked; want left %d, error %v, at least %d asked",
+					h.NonHealthyLeft, h.RecoveryError, asked.Load(), tc.wantLeft, tc.wantError, tc.wantAsked)
+			}
+			if limit := (recoverLimit * interval).Seconds(); tc.wantAtLimit != (h.RecoverySeconds >= limit) {
+				t.Errorf("waited %.2f s; at the limit (%.1f s): want %v", h.RecoverySeconds, limit, tc.wantAtLimit)
+			}
+		})
+	}
+}
+
+// The step-down's table shows each step's failed deregistrations (modules that stop heartbeating and
+// stay registered, silent), Errors by kind lists them by kind, and the text says how the wait for the
+// fleet's recovery ended.
+func TestHoldSearchReportsFailedDeregistrationsAndTheRecovery(t *testing.T) {
+	s := &Summary{Registration: RegistrationSummary{Registered: 224_566}}
+	s.Hold = HoldSearch{Ran: true, LimitP99Ms: 50, WindowSeconds: 30, RecoverySeconds: 12.34, Largest: 180_566, Steps: []HoldStep{
+		{Servers: 202_566, Deregistered: 22_000},
+		{Servers: 180_566, Deregistered: 14_739, Held: true,
+			DeregisterErrors: ErrorSummary{Total: 7_261, ByKind: map[string]uint64{"HTTP 503 unavailable": 7_261}}},
+	}}
+	var b strings.Builder
+	writeHoldSearch(&b, s)
+	writeErrors(&b, s)
+	for _, want := range []string{
+		"| 202,566 | 22,000 / 0 |", "| 180,566 | 14,739 / 7,261 |",
+		"| hold search, deregistration before 180,566 servers | HTTP 503 unavailable | 7,261 |",
+		"it waited 12.3 s for this run's heartbeating modules to be healthy again",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b.String())
+		}
+	}
+	for _, tc := range []struct {
+		edit func(*HoldSearch)
+		want string
+	}{
+		{func(h *HoldSearch) { h.NonHealthyLeft = 1234 }, "waited 12.3 s (its limit, 6 H) for this run's heartbeating modules to be healthy again: 1,234 still were not."},
+		{func(h *HoldSearch) { h.RecoveryError, h.NonHealthyLeft = "sweep: boom", 99 }, "healthy again, and the last look at the fleet failed (sweep: boom); 99 were degraded"},
+	} {
+		h := s.Hold
+		tc.edit(&h)
+		if got := recoveryText(h); !strings.Contains(got, tc.want) {
+			t.Errorf("recoveryText(%+v) = %q, want %q", h, got, tc.want)
 		}
 	}
 }

@@ -399,7 +399,8 @@ func writeHoldSearch(b *strings.Builder, s *Summary) {
 	}
 	fmt.Fprintf(b, "\n## Largest fleet held\n\n")
 	fmt.Fprintf(b, "The steady phase did not hold %s servers (held: at least %.0f %% of N/H answered, p99 under %s ms, no error, no false transition). "+
-		"After the restarts the run took an evenly spread tenth of the fleet out at a time (deregistered: the rest keep their phases, so the load stays even over H), "+
+		"After the restarts the run took an evenly spread tenth of the fleet out at a time (deregistered: the rest keep their phases, so the load stays even over H; "+
+		"a module whose deregistration failed stops heartbeating all the same and stays registered, silent: it is counted as taken out, and its failure shown), "+
 		"waited for the schedule's backlog to clear, and ran the steady schedule for %s at each size, until one held or a step more would have left less than a step; "+
 		"the deregistration below then covers the rest.", thousands(int64(s.Registration.Registered)), 100*heldShare, strconv.FormatFloat(h.LimitP99Ms, 'f', -1, 64), secs(h.WindowSeconds))
 	switch {
@@ -409,18 +410,33 @@ func writeHoldSearch(b *strings.Builder, s *Summary) {
 		fmt.Fprintf(b, " Before the first step it vacuumed and analyzed the service's database (`VACUUM (ANALYZE)`, %.1f s; the server's `autovacuum` is %s): "+
 			"the restarts' heartbeats leave dead rows in `mcp_servers`, which autovacuum clears on a server that runs it.", h.VacuumSeconds, h.Autovacuum)
 	}
+	fmt.Fprintf(b, " %s", recoveryText(h))
 	fmt.Fprintf(b, "\n\n")
-	fmt.Fprintf(b, "| servers | heartbeats/s answered / expected | latency p50 / p99 / max (ms) | errors | false transitions | CPU: service / load generator (%% of one core) | machine busy (%% of 2 CPUs) | held |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| servers | taken out before it / failed | heartbeats/s answered / expected | latency p50 / p99 / max (ms) | errors | false transitions | CPU: service / load generator (%% of one core) | machine busy (%% of 2 CPUs) | held |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, st := range h.Steps {
 		w := st.Window
 		held := "no"
 		if st.Held {
 			held = "**yes**"
 		}
-		fmt.Fprintf(b, "| %s | %.0f / %.0f | %s | %s | %s | %.0f / %.0f | %.0f | %s |\n", thousands(int64(st.Servers)), w.RatePerSecond, w.ExpectedRatePerSecond,
+		fmt.Fprintf(b, "| %s | %s / %s | %.0f / %.0f | %s | %s | %s | %.0f / %.0f | %.0f | %s |\n", thousands(int64(st.Servers)),
+			thousands(int64(st.Deregistered)), nf(st.DeregisterErrors.Total), w.RatePerSecond, w.ExpectedRatePerSecond,
 			latencies(w), nf(w.Errors.Total), nf(w.NonHealthyOnTime+uint64(st.FalseSwept)), st.CPU.ServicePercent, st.CPU.ClientPercent, st.CPU.MachineBusyPercent, held)
 	}
 	fmt.Fprintf(b, "\n%s\n", holdVerdict(s))
+}
+
+// recoveryText says how long the step-down waited for the fleet to be healthy before its first step.
+func recoveryText(h HoldSearch) string {
+	switch {
+	case h.RecoveryError != "":
+		return fmt.Sprintf("Before the first step it waited %.1f s for this run's heartbeating modules to be healthy again, and the last look at the fleet failed (%s); %s were degraded or unhealthy at the one before.",
+			h.RecoverySeconds, h.RecoveryError, thousands(int64(h.NonHealthyLeft)))
+	case h.NonHealthyLeft > 0:
+		return fmt.Sprintf("Before the first step it waited %.1f s (its limit, %d H) for this run's heartbeating modules to be healthy again: %s still were not.",
+			h.RecoverySeconds, recoverLimit, thousands(int64(h.NonHealthyLeft)))
+	}
+	return fmt.Sprintf("Before the first step it waited %.1f s for this run's heartbeating modules to be healthy again (missed heartbeats in the restarts' closed loops degrade them rightly).", h.RecoverySeconds)
 }
 
 // holdVerdict says, in a sentence, the largest size held and what broke at the next size up.
@@ -918,6 +934,9 @@ func writeErrors(b *strings.Builder, s *Summary) {
 	}
 	for _, st := range s.Hold.Steps {
 		phases = append(phases, struct {
+			name string
+			e    ErrorSummary
+		}{"hold search, deregistration before " + thousands(int64(st.Servers)) + " servers", st.DeregisterErrors}, struct {
 			name string
 			e    ErrorSummary
 		}{"hold search, " + thousands(int64(st.Servers)) + " servers", st.Window.Errors})
