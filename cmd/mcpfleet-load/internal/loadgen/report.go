@@ -923,32 +923,25 @@ func writeErrors(b *strings.Builder, s *Summary) {
 		n           uint64
 	}
 	var errs []errRow
-	phases := []struct {
+	type errPhase struct {
 		name string
 		e    ErrorSummary
-	}{
+	}
+	phases := []errPhase{
 		{"registration", s.Registration.Errors}, {"registration, attempts tried again", s.Registration.Retried},
 		{"registration heartbeats", s.Warmup.Errors}, {"steady", s.Steady.Errors},
 		{"peak", s.Peak.Errors}, {"ceiling", s.Ceiling.Errors}, {"deregistration", s.Deregistration.Errors},
 		{"deregistration heartbeats", s.Tail.Errors},
 	}
 	for _, st := range s.Hold.Steps {
-		phases = append(phases, struct {
-			name string
-			e    ErrorSummary
-		}{"hold search, deregistration before " + thousands(int64(st.Servers)) + " servers", st.DeregisterErrors}, struct {
-			name string
-			e    ErrorSummary
-		}{"hold search, " + thousands(int64(st.Servers)) + " servers", st.Window.Errors})
+		phases = append(phases,
+			errPhase{"hold search, deregistration before " + thousands(int64(st.Servers)) + " servers", st.DeregisterErrors},
+			errPhase{"hold search, " + thousands(int64(st.Servers)) + " servers", st.Window.Errors})
 	}
 	for _, run := range s.Tracing.Runs {
-		phases = append(phases, struct {
-			name string
-			e    ErrorSummary
-		}{"first H after ready, tracing " + run.Name, run.AfterReady.Errors}, struct {
-			name string
-			e    ErrorSummary
-		}{"peak, tracing " + run.Name, run.Peak.Errors})
+		phases = append(phases,
+			errPhase{"first H after ready, tracing " + run.Name, run.AfterReady.Errors},
+			errPhase{"peak, tracing " + run.Name, run.Peak.Errors})
 	}
 	for _, p := range phases {
 		for _, k := range slices.Sorted(maps.Keys(p.e.ByKind)) {
