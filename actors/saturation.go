@@ -40,6 +40,13 @@ import (
 // on a node at its knee, where lulls are short, a lull of one sample lets in 50 new servers, not every
 // held one.
 //
+// The window is short (100 ms) because it is also the lag between the node's queue emptying and the held
+// registrations going in: a mass re-registration's own work saturates the node, the held registrations
+// drain its queue, and the node idles until the slow waits have left the window. With 500 ms a fleet of
+// 100,000 re-registering through 500 connections flipped the verdict about once a second and left the
+// machine's CPUs ~27 % idle: 1,808–2,441 registrations/s against ~3,600 with no gate; with 100 ms,
+// 2,261–3,807 (README "Benchmark").
+//
 // What it does not do (measured, README "Benchmark", 250,000): keep a margin. It refuses at the knee,
 // once the registered fleet's heartbeats alone make goroutines wait; servers admitted in the lulls
 // between registration waves before that add their heartbeats for good.
@@ -75,7 +82,7 @@ type saturation struct {
 
 const (
 	saturationSample = 10 * time.Millisecond  // how often the scheduler is read
-	saturationWindow = 500 * time.Millisecond // the samples a verdict takes in
+	saturationWindow = 100 * time.Millisecond // the samples a verdict takes in, and the lag of its opening
 	saturationFloor  = 4.0                    // mean ready goroutines per P below which a node is never saturated
 	saturationP      = 0.99                   // the latency percentile compared with the threshold
 

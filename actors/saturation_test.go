@@ -103,6 +103,27 @@ func saturate(s *saturation, h *latencies, hot bool) {
 	}
 }
 
+// The node opens at most 100 ms after its goroutines stop waiting: the window is also how long held
+// registrations wait once the node's queue has emptied (its CPUs idle meanwhile). With the 500 ms window
+// it had, a fleet re-registering at once left the machine's CPUs about a quarter idle.
+func TestSaturationOpensWithin100ms(t *testing.T) {
+	s := newSaturation(25*time.Millisecond, nil, nil)
+	var h latencies
+	h.add(0, 0)
+	saturate(s, &h, true)
+	if s.refusal() == nil {
+		t.Fatal("the node is not saturated: the test proves nothing")
+	}
+	samples := 0
+	for s.saturated.Load() && samples < 1000 {
+		s.observe(h.add(100, time.Millisecond), 8) // many ready goroutines, none waiting long
+		samples++
+	}
+	if waited := time.Duration(samples) * saturationSample; waited > 100*time.Millisecond {
+		t.Fatalf("the node opened %v of samples after its goroutines stopped waiting; want ≤ 100ms", waited)
+	}
+}
+
 // A refused registration's hold: it waits while the node is saturated and ends, true, when a sample finds
 // the node open (at once when it is open); at most saturationReleases go per open sample, the others wait
 // for the next; it ends false when its time is up, its caller goes away or too many wait.
