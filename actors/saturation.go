@@ -71,6 +71,18 @@ type saturation struct {
 	holding  atomic.Int64
 	holdFor  time.Duration
 
+	// The verdict's log, the sampler's own: a change is logged at most once per logEvery (burstLogInterval;
+	// tests shorten it), so a verdict at its threshold, which can flip from one sample to the next, writes
+	// a line per interval rather than per change (a fleet of 100,000 re-registering through 1,250
+	// connections changed it 181 times in 42 s: 5 lines). logged is the verdict last logged, at loggedAt; a verdict
+	// that differs from it is logged as soon as the interval allows, with changes, how often the verdict
+	// changed since the line before — so the log always ends on the verdict the node settled in.
+	logEvery time.Duration
+	now      func() time.Time
+	logged   bool
+	loggedAt time.Time
+	changes  int
+
 	// The sampler's own: the last samples, rings of window+1 cumulative latency histograms (the
 	// window's latencies are the newest minus the oldest) and of window ready counts.
 	hists   [][]uint64
@@ -95,7 +107,8 @@ const (
 // latency ≤ 0 gives one that never does. It measures nothing until sampled (start or observe).
 func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
 	n := int(saturationWindow / saturationSample)
-	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n), holdFor: saturationHold}
+	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n), holdFor: saturationHold,
+		logEvery: burstLogInterval, now: time.Now}
 	tick := make(chan struct{})
 	s.tick.Store(&tick)
 	s.releases.Store(saturationReleases)
@@ -145,18 +158,33 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 
 	now := s.latency > 0 && mean >= saturationFloor && p99 >= s.latency
 	s.metrics.NodeLoad(p99, mean, now)
-	changed := s.saturated.Swap(now) != now
+	if s.saturated.Swap(now) != now {
+		s.changes++
+	}
 	if !now {
 		s.releases.Store(saturationReleases) // a saturated node's are not read
 	}
 	next := make(chan struct{})
 	close(*s.tick.Swap(&next)) // after the verdict and the releases: whoever it wakes reads them
-	if changed && s.log != nil {
-		if now {
-			s.log.Warn("node saturated: first registrations are held, then refused (503), until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency)
-		} else {
-			s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10)
-		}
+	s.logVerdict(now, p99, mean)
+}
+
+// logVerdict logs the verdict now if it differs from the one last logged and the last line is at least
+// s.logEvery old (see the fields).
+func (s *saturation) logVerdict(now bool, p99 time.Duration, mean float64) {
+	if s.log == nil || now == s.logged {
+		return
+	}
+	t := s.now()
+	if !s.loggedAt.IsZero() && t.Sub(s.loggedAt) < s.logEvery {
+		return
+	}
+	changes := s.changes
+	s.logged, s.loggedAt, s.changes = now, t, 0
+	if now {
+		s.log.Warn("node saturated: first registrations are held, then refused (503), until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency, "verdict_changes", changes)
+	} else {
+		s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "verdict_changes", changes)
 	}
 }
 

@@ -1,13 +1,17 @@
 package actors
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,6 +126,63 @@ func TestSaturationOpensWithin100ms(t *testing.T) {
 	if waited := time.Duration(samples) * saturationSample; waited > 100*time.Millisecond {
 		t.Fatalf("the node opened %v of samples after its goroutines stopped waiting; want ≤ 100ms", waited)
 	}
+}
+
+// The verdict's log: a change is logged at once, then at most once per interval however often the verdict
+// flips, with how often it changed; once the interval has passed, a verdict that differs from the one
+// last logged is logged at the next sample, so the log ends on the verdict the node settled in.
+func TestSaturationLogsAChangeAtMostOncePerInterval(t *testing.T) {
+	var buf bytes.Buffer
+	s := newSaturation(25*time.Millisecond, slog.New(slog.NewJSONHandler(&buf, nil)), nil)
+	clock := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return clock }
+	var h latencies
+	h.add(0, 0)
+	type line struct {
+		Msg     string `json:"msg"`
+		Changes int    `json:"verdict_changes"`
+	}
+	lines := func() []line {
+		var out []line
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if l == "" {
+				continue
+			}
+			var v line
+			if err := json.Unmarshal([]byte(l), &v); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	check := func(when string, want ...line) {
+		t.Helper()
+		if got := lines(); !slices.Equal(got, want) {
+			t.Fatalf("%s: logged %+v, want %+v", when, got, want)
+		}
+	}
+	const saturated, open = "node saturated: first registrations are held, then refused (503), until it is not", "node no longer saturated: first registrations are taken again"
+
+	saturate(s, &h, true)
+	check("the first change", line{saturated, 1})
+	for range 5 {
+		saturate(s, &h, false)
+		saturate(s, &h, true)
+	}
+	saturate(s, &h, false)
+	if s.saturated.Load() {
+		t.Fatal("the node is still saturated: the test proves nothing")
+	}
+	check("eleven changes within the interval", line{saturated, 1})
+
+	clock = clock.Add(s.logEvery)
+	s.observe(h.add(100, time.Millisecond), 8) // no change at this sample: the verdict it settled in
+	check("a sample after the interval", line{saturated, 1}, line{open, 11})
+
+	clock = clock.Add(s.logEvery)
+	saturate(s, &h, false)
+	check("no change since", line{saturated, 1}, line{open, 11})
 }
 
 // A refused registration's hold: it waits while the node is saturated and ends, true, when a sample finds
