@@ -71,13 +71,13 @@ type saturation struct {
 	holding  atomic.Int64
 	holdFor  time.Duration
 
-	// The verdict's log, the sampler's own: a change is logged at most once per logEvery (burstLogInterval;
-	// tests shorten it), so a verdict at its threshold, which can flip from one sample to the next, writes
-	// a line per interval rather than per change (a fleet of 100,000 re-registering through 1,250
-	// connections changed it 181 times in 42 s: 5 lines). logged is the verdict last logged, at loggedAt; a verdict
-	// that differs from it is logged as soon as the interval allows, with changes, how often the verdict
-	// changed since the line before — so the log always ends on the verdict the node settled in.
-	logEvery time.Duration
+	// The verdict's log, the sampler's own: a change is logged at most once per
+	// burstLogInterval, so a verdict at its threshold, which can flip from one sample to the next,
+	// writes a line per interval rather than per change (a fleet of 100,000 re-registering through 1,250
+	// connections changed it 181 times in 42 s: 5 lines). logged is the verdict last logged, at loggedAt
+	// (by now; tests replace it); a verdict that differs from it is logged as soon as the interval
+	// allows, with changes, how often the verdict changed since the line before — so the log always ends
+	// on the verdict the node settled in.
 	now      func() time.Time
 	logged   bool
 	loggedAt time.Time
@@ -108,7 +108,7 @@ const (
 func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *saturation {
 	n := int(saturationWindow / saturationSample)
 	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n), holdFor: saturationHold,
-		logEvery: burstLogInterval, now: time.Now}
+		now: time.Now}
 	tick := make(chan struct{})
 	s.tick.Store(&tick)
 	s.releases.Store(saturationReleases)
@@ -170,22 +170,24 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 }
 
 // logVerdict logs the verdict now if it differs from the one last logged and the last line is at least
-// s.logEvery old (see the fields).
+// burstLogInterval old (see the fields).
 func (s *saturation) logVerdict(now bool, p99 time.Duration, mean float64) {
 	if s.log == nil || now == s.logged {
 		return
 	}
 	t := s.now()
-	if !s.loggedAt.IsZero() && t.Sub(s.loggedAt) < s.logEvery {
+	if !s.loggedAt.IsZero() && t.Sub(s.loggedAt) < burstLogInterval {
 		return
 	}
 	changes := s.changes
 	s.logged, s.loggedAt, s.changes = now, t, 0
+	msg := "node no longer saturated: first registrations are taken again"
+	args := []any{"sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10) / 10, "verdict_changes", changes}
 	if now {
-		s.log.Warn("node saturated: first registrations are held, then refused (503), until it is not", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "threshold", s.latency, "verdict_changes", changes)
-	} else {
-		s.log.Warn("node no longer saturated: first registrations are taken again", "sched_latency_p99", p99, "runnable_goroutines_per_cpu", math.Round(mean*10)/10, "verdict_changes", changes)
+		msg = "node saturated: first registrations are held, then refused (503), until it is not"
+		args = append(args, "threshold", s.latency)
 	}
+	s.log.Warn(msg, args...)
 }
 
 // percentile is the saturationP latency of the events counted in newest but not in oldest (two

@@ -176,11 +176,11 @@ func TestSaturationLogsAChangeAtMostOncePerInterval(t *testing.T) {
 	}
 	check("eleven changes within the interval", line{saturated, 1})
 
-	clock = clock.Add(s.logEvery)
+	clock = clock.Add(burstLogInterval)
 	s.observe(h.add(100, time.Millisecond), 8) // no change at this sample: the verdict it settled in
 	check("a sample after the interval", line{saturated, 1}, line{open, 11})
 
-	clock = clock.Add(s.logEvery)
+	clock = clock.Add(burstLogInterval)
 	saturate(s, &h, false)
 	check("no change since", line{saturated, 1}, line{open, 11})
 }
