@@ -72,7 +72,7 @@ type saturation struct {
 	holdFor  time.Duration
 
 	// The verdict's log, the sampler's own: a change is logged at most once per
-	// burstLogInterval, so a verdict at its threshold, which can flip from one sample to the next,
+	// telemetry.BurstLogInterval, so a verdict at its threshold, which can flip from one sample to the next,
 	// writes a line per interval rather than per change (a fleet of 100,000 re-registering through 1,250
 	// connections changed it 181 times in 42 s: 5 lines). logged is the verdict last logged, at loggedAt
 	// (by now; tests replace it); a verdict that differs from it is logged as soon as the interval
@@ -170,13 +170,13 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 }
 
 // logVerdict logs the verdict now if it differs from the one last logged and the last line is at least
-// burstLogInterval old (see the fields).
+// telemetry.BurstLogInterval old (see the fields).
 func (s *saturation) logVerdict(now bool, p99 time.Duration, mean float64) {
 	if s.log == nil || now == s.logged {
 		return
 	}
 	t := s.now()
-	if !s.loggedAt.IsZero() && t.Sub(s.loggedAt) < burstLogInterval {
+	if !s.loggedAt.IsZero() && t.Sub(s.loggedAt) < telemetry.BurstLogInterval {
 		return
 	}
 	changes := s.changes

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpfleet/mcpfleet/internal/wait"
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // latencies is a cumulative scheduling-latency histogram as the runtime gives it, over a few buckets.
@@ -176,11 +177,11 @@ func TestSaturationLogsAChangeAtMostOncePerInterval(t *testing.T) {
 	}
 	check("eleven changes within the interval", line{saturated, 1})
 
-	clock = clock.Add(burstLogInterval)
+	clock = clock.Add(telemetry.BurstLogInterval)
 	s.observe(h.add(100, time.Millisecond), 8) // no change at this sample: the verdict it settled in
 	check("a sample after the interval", line{saturated, 1}, line{open, 11})
 
-	clock = clock.Add(burstLogInterval)
+	clock = clock.Add(telemetry.BurstLogInterval)
 	saturate(s, &h, false)
 	check("no change since", line{saturated, 1}, line{open, 11})
 }

@@ -141,7 +141,7 @@ type serverDeps struct {
 	life         *lifecycle.Config
 	writeTimeout time.Duration
 	log          *slog.Logger
-	bursts       *burstLog // the warnings every server may raise at once
+	bursts       *telemetry.BurstLog // the warnings every server may raise at once, by message
 	tracer       trace.Tracer
 	metrics      *telemetry.Metrics
 	writer       *actor.PID
@@ -621,8 +621,8 @@ func (a *serverActor) transition(ctx actor.Context, t *lifecycle.Transition, rou
 		if err != nil {
 			rec.life.Failed(t)
 			a.arm(ctx) // its deadline has passed: the next tick pops it
-			a.deps.bursts.Warn(carrier.Context(), "transition not persisted; the next monitor tick retries it",
-				"server_id", rec.id(), "from", t.From, "to", t.To, "err", err)
+			const msg = "transition not persisted; the next monitor tick retries it"
+			a.deps.bursts.Warn(carrier.Context(), msg, msg, "server_id", rec.id(), "from", t.From, "to", t.To, "err", err)
 			return
 		}
 		a.applyTransition(ctx, t, cmd)

@@ -309,7 +309,7 @@ func (f *Fleet) spawnActors(store Store, deps Deps) error {
 	sdeps := &serverDeps{
 		clock: deps.Clock, writeTimeout: cfg.WriteTimeout,
 		life: &lifecycle.Config{Thresholds: health.Thresholds{Interval: cfg.HeartbeatInterval}, Flap: cfg.Flap, MassSilence: cfg.MassSilence.Fraction > 0},
-		log:  log, bursts: newBurstLog(log, deps.Clock, burstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
+		log:  log, bursts: telemetry.NewBurstLog(log, deps.Clock.Now, telemetry.BurstLogInterval), tracer: deps.Tracer, metrics: deps.Metrics, writer: f.writer, stamper: f.stamper, stamps: stamps, alerts: f.alerts,
 		stall: &lifecycle.Stall{}, own: f.own, count: f.ownedServers, stats: f.stats, handover: newHandover(), workers: f.workers, pids: &pidCache{},
 		writeQueue: queue, load: newSaturation(cfg.SaturationLatency, log, deps.Metrics), sleepAfter: cfg.DormantAfter,
 	}
