@@ -1,16 +1,23 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/mcpfleet/mcpfleet/actors"
 	"github.com/mcpfleet/mcpfleet/persistence"
+	"github.com/mcpfleet/mcpfleet/telemetry"
 )
 
 // Each error the fleet answers maps to its problem: its status, its type (declared in openapi.json,
@@ -57,5 +64,51 @@ func TestFleetErrorsMapToProblems(t *testing.T) {
 		if !strings.Contains(string(spec), `"const": "`+p.Type+`"`) {
 			t.Errorf("%v: problem type %s is not declared in openapi.json", c.err, p.Type)
 		}
+	}
+}
+
+// A burst of refusals (5xx with a Retry-After) is logged once per interval per problem type, at WARN,
+// with how many were not; every other 5xx is logged, one ERROR each.
+func TestFailLogsRefusalsOncePerIntervalAndFailuresEachTime(t *testing.T) {
+	var buf bytes.Buffer
+	s := New(Config{}, Deps{Log: slog.New(slog.NewJSONHandler(&buf, nil))})
+	now := time.Unix(1_000_000, 0)
+	s.refusals = telemetry.NewBurstLog(s.log, func() time.Time { return now }, telemetry.BurstLogInterval)
+	fail := func(err error) {
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		c.Request = httptest.NewRequest(http.MethodPost, "/v1/mcp/servers/register", nil)
+		s.fail(c, fleetError(err))
+	}
+	count := func(level, msg string) (n int, last map[string]any) {
+		for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if rec["level"] == level && rec["msg"] == msg {
+				n, last = n+1, rec
+			}
+		}
+		return n, last
+	}
+	for range 500 {
+		fail(actors.ErrSaturated)
+		fail(actors.ErrUnavailable)
+		now = now.Add(time.Millisecond)
+	}
+	for range 3 {
+		fail(errors.New("boom"))
+	}
+	if n, _ := count("WARN", "request refused"); n != 2 {
+		t.Errorf("500 node_saturated and 500 unavailable refusals in 0.5 s logged %d WARN lines, want one per type:\n%s", n, buf.String())
+	}
+	if n, _ := count("ERROR", "request failed"); n != 3 {
+		t.Errorf("3 internal errors logged %d ERROR lines, want 3", n)
+	}
+	now = now.Add(telemetry.BurstLogInterval)
+	fail(actors.ErrSaturated)
+	n, last := count("WARN", "request refused")
+	if n != 3 || last["type"] != ProblemBase+"node_saturated" || last["suppressed"] != float64(499) {
+		t.Errorf("a refusal after the interval: %d WARN lines, last %v; want a third saying 499 suppressed", n, last)
 	}
 }

@@ -125,6 +125,8 @@ type Server struct {
 	// owners caches who owns each server, for module keys' heartbeats (ownership.go).
 	owners *owners
 	limits registrationLimits
+	// refusals logs the 5xx answers that carry a Retry-After (fail).
+	refusals *telemetry.BurstLog
 }
 
 // maxCachedOwners bounds the owner cache: a little more than the 250,000 servers of the largest tenant
@@ -142,7 +144,8 @@ func New(cfg Config, deps Deps) *Server {
 	lim := registrationLimits{maxTools: config.Or(cfg.MaxToolsPerServer, config.DefaultMaxToolsPerServer),
 		maxAdvertisementBytes: config.Or(cfg.MaxAdvertisementBytes, config.DefaultMaxAdvertisementBytes)}
 	return &Server{cfg: cfg, fleet: deps.Fleet, store: deps.Store, log: deps.Log, auth: newAuthenticator(deps.Store, cfg.Auth), deps: deps,
-		streams: newStreams(), owners: newOwners(deps.Store, maxCachedOwners), limits: lim}
+		streams: newStreams(), owners: newOwners(deps.Store, maxCachedOwners), limits: lim,
+		refusals: telemetry.NewBurstLog(deps.Log, time.Now, telemetry.BurstLogInterval)}
 }
 
 // newEngine is the gin engine Handler routes, before its middleware and routes. Its client-address
@@ -220,11 +223,20 @@ func (s *Server) handle(roles []persistence.Role, h func(*gin.Context, persisten
 	}
 }
 
+// fail answers err as its problem. A 5xx is logged: one that carries a Retry-After is a refusal the
+// service chose — a saturated node shedding registrations, a write it could not make durable in time
+// — which comes in bursts (every request of a fleet re-registering at once), so it is logged at WARN
+// once per interval per problem type, with how many of that type were not logged since (BurstLog);
+// any other 5xx is a failure, one ERROR line each.
 func (s *Server) fail(c *gin.Context, err error) {
 	p := asProblem(err)
-	p.TraceID = telemetry.TraceID(c.Request.Context())
-	if p.Status >= 500 {
-		s.log.ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method, "route", c.FullPath(), "status", p.Status, "err", p.Err)
+	ctx := c.Request.Context()
+	p.TraceID = telemetry.TraceID(ctx)
+	switch {
+	case p.Status >= 500 && p.RetryAfter > 0:
+		s.refusals.Warn(ctx, p.Type, "request refused", "method", c.Request.Method, "route", c.FullPath(), "status", p.Status, "type", p.Type, "err", p.Err)
+	case p.Status >= 500:
+		s.log.ErrorContext(ctx, "request failed", "method", c.Request.Method, "route", c.FullPath(), "status", p.Status, "err", p.Err)
 	}
 	writeProblem(c.Writer, p)
 }
