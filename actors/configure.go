@@ -75,7 +75,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 		ctx.Respond(&configureReply{err: ErrNotOwner})
 		return
 	}
-	if id, ok := f.byModule[key]; ok {
+	if id, ok := f.byModule.get(key); ok {
 		if e := f.entries[id]; e != nil && e.registered {
 			ctx.Respond(&configureReply{err: &ExistsError{ServerID: id}})
 			return
@@ -93,7 +93,7 @@ func (f *fleetActor) configure(ctx actor.Context, msg *configureMsg) {
 	if pid == nil {
 		// Forget it now: nobody else would ever register this record, and a retry brings a new id.
 		delete(f.entries, id)
-		delete(f.byModule, key)
+		f.byModule.remove(key, id)
 		f.tenants[key.tenantID]--
 		ctx.Respond(&configureReply{err: ErrUnavailable})
 		return

@@ -27,7 +27,7 @@ import (
 type fleetActor struct {
 	deps     *serverDeps
 	entries  map[uuid.UUID]*fleetEntry // every server the fleet runs, with its actor's PID when one is alive
-	byModule map[moduleKey]uuid.UUID
+	byModule moduleIndex
 	removing map[uuid.UUID]bool
 	sleeping map[uuid.UUID]bool // servers whose actor went asleep and has not terminated yet (sleep.go)
 	onEvent  func(event string)
@@ -104,8 +104,9 @@ type loadMsg struct {
 	records []*serverRecord
 	arm     *armLoaded
 	// expect, if more than the fleet holds, is how many servers the whole load brings (this message's
-	// and the ones after it): an empty fleet sizes its maps for them once instead of growing them.
-	expect int
+	// and the ones after it), by tenant: an empty fleet sizes its maps for them once instead of growing
+	// them.
+	expect map[uuid.UUID]int
 }
 
 // armLoaded ends the start's load: every server taken in unarmed is restored as of at (readiness: the
@@ -133,7 +134,7 @@ func newFleetProps(deps *serverDeps, period time.Duration, ms MassSilenceConfig,
 	return actor.PropsFromProducer(func() actor.Actor {
 		f := &fleetActor{
 			deps: deps, entries: map[uuid.UUID]*fleetEntry{},
-			byModule: map[moduleKey]uuid.UUID{}, removing: map[uuid.UUID]bool{}, sleeping: map[uuid.UUID]bool{}, onEvent: onEvent,
+			byModule: moduleIndex{}, removing: map[uuid.UUID]bool{}, sleeping: map[uuid.UUID]bool{}, onEvent: onEvent,
 			monitor: lifecycle.NewMonitor(period, deps.stall), tenants: map[uuid.UUID]int{},
 			silence: lifecycle.NewMassSilence(ms), period: period,
 			waiting: map[uuid.UUID][]*actor.PID{}, asking: map[uuid.UUID]bool{}, spent: map[uuid.UUID]bool{},
@@ -158,9 +159,13 @@ const fleetThroughput = 100_000
 func (f *fleetActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *loadMsg:
-		if len(f.entries) == 0 && msg.expect > 0 {
-			f.entries = make(map[uuid.UUID]*fleetEntry, msg.expect)
-			f.byModule = make(map[moduleKey]uuid.UUID, msg.expect)
+		if len(f.entries) == 0 && len(msg.expect) > 0 {
+			total := 0
+			for t, n := range msg.expect {
+				f.byModule.reserve(t, n)
+				total += n
+			}
+			f.entries = make(map[uuid.UUID]*fleetEntry, total)
 		}
 		for _, rec := range msg.records {
 			f.enter(rec, true).dormant = true
@@ -275,7 +280,7 @@ func (f *fleetActor) restore(rec *serverRecord, arm *armLoaded) {
 func (f *fleetActor) enter(rec *serverRecord, registered bool) *fleetEntry {
 	e := &fleetEntry{registered: registered, rec: rec}
 	f.entries[rec.id()] = e
-	f.byModule[rec.key()] = rec.id()
+	f.byModule.put(rec.key(), rec.id())
 	f.tenants[rec.tenantID()]++
 	if registered {
 		f.deps.count.Add(1)
@@ -292,7 +297,7 @@ func (f *fleetActor) register(ctx actor.Context, msg *registerMsg) {
 	}
 	span := startSpan(f.deps.tracer, msg.req.Trace, "fleet.register")
 	key := moduleKey{tenantID: msg.req.TenantID, moduleName: msg.req.ModuleName}
-	id, ok := f.byModule[key]
+	id, ok := f.byModule.get(key)
 	if !ok {
 		if !f.deps.own.owns(ModuleShard(key.tenantID, key.moduleName)) {
 			endSpan(span, ErrNotOwner)
@@ -328,9 +333,7 @@ func (f *fleetActor) remove(ctx actor.Context, msg *removeServer) {
 		delete(f.entries, msg.serverID)
 		f.deps.pids.forget(msg.serverID)
 		f.tenants[e.rec.tenantID()]--
-		if f.byModule[msg.key] == msg.serverID {
-			delete(f.byModule, msg.key)
-		}
+		f.byModule.remove(msg.key, msg.serverID)
 		if e.pid != nil {
 			f.removing[msg.serverID] = true
 			ctx.Poison(e.pid)

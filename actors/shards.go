@@ -232,9 +232,7 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 			f.deps.metrics.ServerStatus(st, "")
 		}
 		f.tenants[e.rec.tenantID()]--
-		if f.byModule[e.rec.key()] == id {
-			delete(f.byModule, e.rec.key())
-		}
+		f.byModule.remove(e.rec.key(), id)
 		if e.pid != nil {
 			f.removing[id] = true
 			pids = append(pids, e.pid)
