@@ -61,7 +61,8 @@ func (r *serverRecord) key() moduleKey {
 // 200 bytes in 136 — without the capability advertisement (kilobytes; an answer that carries it takes
 // it from its commit), with the status as its code (statusCodes), the trace id as its 16 bytes instead
 // of a 32-byte hex string of its own, and the times as Unix nanoseconds (0: none) instead of
-// time.Time's 24 bytes (the deregistration's behind a pointer). server gives the row back: equal to
+// time.Time's 24 bytes (the deregistration's behind a pointer), and the version and protocol list
+// shared with every record that has the same (interned). server gives the row back: equal to
 // the one it was made from but for the advertisement and the times' location, UTC (every answer
 // writes them in UTC).
 type serverRow struct {
@@ -90,8 +91,8 @@ func statusCode(s health.Status) uint8 {
 
 func rowOf(s persistence.Server) serverRow {
 	r := serverRow{
-		serverID: s.ServerID, tenantID: s.TenantID, moduleName: s.ModuleName, version: s.Version,
-		protocols: s.SupportedProtocols, status: statusCode(s.Status),
+		serverID: s.ServerID, tenantID: s.TenantID, moduleName: s.ModuleName, version: interned.string(s.Version),
+		protocols: interned.list(s.SupportedProtocols), status: statusCode(s.Status),
 		lastHeartbeat: unixNano(s.LastHeartbeatAt), registered: unixNano(s.RegisteredAt),
 	}
 	if s.DeregisteredAt != nil {
