@@ -20,25 +20,35 @@ type ownerLookup interface {
 // serverOwner is what decides which module keys may act on a server. Both fields never change for a
 // server_id, so a cached answer never goes stale.
 type serverOwner struct {
-	tenantID uuid.UUID
-	module   string
-	origin   persistence.Origin
+	module string
+	origin persistence.Origin
 }
 
-// owners caches serverOwner by server_id for the module keys' actions on a server (heartbeat,
-// deregistration), so a heartbeat costs a map lookup, not a database round trip, and a deregistration
-// one round trip less. At most max entries are held; past that one arbitrary entry is
-// dropped per insertion (it is read again on its next use).
+// owners caches who owns each server, by server_id, for the module keys' actions on a server
+// (heartbeat, deregistration), so a heartbeat costs a map lookup, not a database round trip, and a
+// deregistration one round trip less. At most max entries are held; past that one arbitrary entry is
+// dropped per insertion (it is read again on its next use). An entry is held for every server a module
+// key acts on — 250,000 and more — so it is kept to 24 bytes (cachedOwner): the tenant as its index in
+// tenants, the origin as a flag.
 type owners struct {
 	lookup ownerLookup
 	max    int
 
-	mu    sync.RWMutex
-	cache map[uuid.UUID]serverOwner
+	mu      sync.RWMutex
+	cache   map[uuid.UUID]cachedOwner
+	tenants []uuid.UUID          // by index: the tenants of the servers cached (a few; never forgotten)
+	index   map[uuid.UUID]uint32 // tenants' indexes
+}
+
+// cachedOwner is a serverOwner as the cache holds it, with its server's tenant.
+type cachedOwner struct {
+	module string
+	tenant uint32 // owners.tenants' index
+	admin  bool   // origin: OriginAdmin, else OriginModule
 }
 
 func newOwners(lookup ownerLookup, max int) *owners {
-	return &owners{lookup: lookup, max: max, cache: map[uuid.UUID]serverOwner{}}
+	return &owners{lookup: lookup, max: max, cache: map[uuid.UUID]cachedOwner{}, index: map[uuid.UUID]uint32{}}
 }
 
 // get returns the owner of serverID in tenantID, from the cache when it holds it (an owner never
@@ -47,20 +57,39 @@ func newOwners(lookup ownerLookup, max int) *owners {
 func (o *owners) get(ctx context.Context, tenantID, serverID uuid.UUID) (serverOwner, error) {
 	o.mu.RLock()
 	e, ok := o.cache[serverID]
+	var tenant uuid.UUID
+	if ok {
+		tenant = o.tenants[e.tenant]
+	}
 	o.mu.RUnlock()
 	if ok {
-		if e.tenantID != tenantID {
+		if tenant != tenantID {
 			return serverOwner{}, persistence.ErrNotFound
 		}
-		return e, nil
+		own := serverOwner{module: e.module, origin: persistence.OriginModule}
+		if e.admin {
+			own.origin = persistence.OriginAdmin
+		}
+		return own, nil
 	}
 	module, origin, err := o.lookup.ServerOwner(ctx, tenantID, serverID)
 	if err != nil {
 		return serverOwner{}, err
 	}
-	e = serverOwner{tenantID: tenantID, module: module, origin: origin}
-	o.put(serverID, e)
-	return e, nil
+	own := serverOwner{module: module, origin: origin}
+	o.put(tenantID, serverID, own)
+	return own, nil
+}
+
+// entryLocked is the cache's entry of own in tenantID, the tenant indexed if it is new. o.mu is held.
+func (o *owners) entryLocked(tenantID uuid.UUID, own serverOwner) cachedOwner {
+	i, ok := o.index[tenantID]
+	if !ok {
+		i = uint32(len(o.tenants))
+		o.tenants = append(o.tenants, tenantID)
+		o.index[tenantID] = i
+	}
+	return cachedOwner{module: own.module, tenant: i, admin: own.origin == persistence.OriginAdmin}
 }
 
 // ownerLister reads every server's owner of a tenant at once (persistence.Store.ServerOwners).
@@ -77,7 +106,7 @@ func (o *owners) warm(ctx context.Context, lister ownerLister, tenants []uuid.UU
 		err := lister.ServerOwners(ctx, t, func(id uuid.UUID, module string, origin persistence.Origin) {
 			o.mu.Lock()
 			if _, ok := o.cache[id]; !ok && len(o.cache) < o.max {
-				o.cache[id] = serverOwner{tenantID: t, module: module, origin: origin}
+				o.cache[id] = o.entryLocked(t, serverOwner{module: module, origin: origin})
 				n++
 			}
 			o.mu.Unlock()
@@ -101,7 +130,8 @@ func (s *Server) WarmOwners(ctx context.Context, tenants []uuid.UUID) (int, erro
 	return s.owners.warm(ctx, lister, tenants)
 }
 
-func (o *owners) put(serverID uuid.UUID, e serverOwner) {
+// put caches own as the owner of serverID in tenantID.
+func (o *owners) put(tenantID, serverID uuid.UUID, own serverOwner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.cache[serverID]; !ok && len(o.cache) >= o.max {
@@ -110,7 +140,7 @@ func (o *owners) put(serverID uuid.UUID, e serverOwner) {
 			break
 		}
 	}
-	o.cache[serverID] = e
+	o.cache[serverID] = o.entryLocked(tenantID, own)
 }
 
 // notOwned is the refusal of an action on a server the key does not own. It is only ever given for a

@@ -13,9 +13,15 @@ import (
 
 // ownerStore answers single lookups (counted) and whole-tenant listings from one table.
 type ownerStore struct {
-	servers map[uuid.UUID]serverOwner
+	servers map[uuid.UUID]storedOwner
 	lookups atomic.Int64
 	failAt  int // ServerOwners fails after this many rows (0: never)
+}
+
+type storedOwner struct {
+	tenantID uuid.UUID
+	module   string
+	origin   persistence.Origin
 }
 
 func (s *ownerStore) ServerOwner(_ context.Context, tenantID, serverID uuid.UUID) (string, persistence.Origin, error) {
@@ -47,16 +53,17 @@ func (s *ownerStore) ServerOwners(_ context.Context, tenantID uuid.UUID, fn func
 // still none of the caller's; the cache's bound holds and a failed warm-up keeps what it read.
 func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 	a, b := uuid.New(), uuid.New()
-	st := &ownerStore{servers: map[uuid.UUID]serverOwner{}}
-	var ofA []uuid.UUID
+	st := &ownerStore{servers: map[uuid.UUID]storedOwner{}}
+	var ofA, ofB []uuid.UUID
 	for i := range 50 {
-		id, tenant := uuid.New(), a
+		id, tenant, module, origin := uuid.New(), a, "m", persistence.OriginModule
 		if i%5 == 0 {
-			tenant = b
+			tenant, module, origin = b, "admins", persistence.OriginAdmin
+			ofB = append(ofB, id)
 		} else {
 			ofA = append(ofA, id)
 		}
-		st.servers[id] = serverOwner{tenantID: tenant, module: "m", origin: persistence.OriginModule}
+		st.servers[id] = storedOwner{tenantID: tenant, module: module, origin: origin}
 	}
 	o := newOwners(st, 1000)
 	n, err := o.warm(context.Background(), st, []uuid.UUID{a, b})
@@ -69,6 +76,14 @@ func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 		}
 		if _, err := o.get(context.Background(), b, id); !errors.Is(err, persistence.ErrNotFound) {
 			t.Fatalf("tenant b sees tenant a's server: %v", err)
+		}
+	}
+	for _, id := range ofB {
+		if e, err := o.get(context.Background(), b, id); err != nil || e != (serverOwner{module: "admins", origin: persistence.OriginAdmin}) {
+			t.Fatalf("tenant b's administrator's server %s: %+v %v", id, e, err)
+		}
+		if _, err := o.get(context.Background(), a, id); !errors.Is(err, persistence.ErrNotFound) {
+			t.Fatalf("tenant a sees tenant b's server: %v", err)
 		}
 	}
 	if n := st.lookups.Load(); n != 0 {
@@ -92,7 +107,7 @@ func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 // refuses what the database's would — a key bound to another module, another tenant's server.
 func TestDeregistrationUsesTheCachedOwner(t *testing.T) {
 	tenant, id := uuid.New(), uuid.New()
-	st := &ownerStore{servers: map[uuid.UUID]serverOwner{id: {tenantID: tenant, module: "m", origin: persistence.OriginModule}}}
+	st := &ownerStore{servers: map[uuid.UUID]storedOwner{id: {tenantID: tenant, module: "m", origin: persistence.OriginModule}}}
 	s := &Server{owners: newOwners(st, 10)}
 	ctx := context.Background()
 	key := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "m"}
@@ -112,5 +127,31 @@ func TestDeregistrationUsesTheCachedOwner(t *testing.T) {
 	// Another tenant's key: the cached owner says none of its servers (the fleet then answers 404).
 	if _, err := s.owners.get(ctx, uuid.New(), id); !errors.Is(err, persistence.ErrNotFound) {
 		t.Fatalf("another tenant sees the server: %v", err)
+	}
+}
+
+// An administrator's server keeps its origin in the cache: the second decision, from the cache, is the
+// first's, from the database — a bound key may only heartbeat it, an unbound one nothing.
+func TestCachedOwnerKeepsAnAdministratorsServer(t *testing.T) {
+	tenant, id := uuid.New(), uuid.New()
+	st := &ownerStore{servers: map[uuid.UUID]storedOwner{id: {tenantID: tenant, module: "gw", origin: persistence.OriginAdmin}}}
+	s := &Server{owners: newOwners(st, 10)}
+	ctx := context.Background()
+	bound := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "gw"}
+	unbound := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule}
+	for try := range 2 {
+		if err := s.authorizeOn(ctx, bound, persistence.ActHeartbeat, id); err != nil {
+			t.Fatalf("try %d: the bound key's heartbeat: %v", try, err)
+		}
+		var p *Problem
+		if err := s.authorizeOn(ctx, bound, persistence.ActDeregister, id); !errors.As(err, &p) || p.Status != 403 {
+			t.Fatalf("try %d: the bound key deregisters an administrator's server: %v", try, err)
+		}
+		if err := s.authorizeOn(ctx, unbound, persistence.ActHeartbeat, id); !errors.As(err, &p) || p.Status != 403 {
+			t.Fatalf("try %d: an unbound key heartbeats an administrator's server: %v", try, err)
+		}
+	}
+	if n := st.lookups.Load(); n != 1 {
+		t.Fatalf("%d owner lookups, want 1 (the rest from the cache)", n)
 	}
 }

@@ -298,7 +298,7 @@ func (s *Server) register(c *gin.Context, p persistence.Principal) error {
 	if !req.ByAdmin {
 		// A module key's registration commits only on a self-registered server: its heartbeats need not
 		// ask the database who owns it.
-		s.owners.put(res.Server.ServerID, serverOwner{tenantID: p.TenantID, module: req.ModuleName, origin: persistence.OriginModule})
+		s.owners.put(p.TenantID, res.Server.ServerID, serverOwner{module: req.ModuleName, origin: persistence.OriginModule})
 	}
 	status := http.StatusOK
 	if res.Created {
