@@ -133,7 +133,7 @@ type Server struct {
 	status          health.Status
 	evidence        time.Time     // last liveness evidence, on the service clock
 	stallAtEvidence time.Duration // the monitor's stall when it was taken
-	flaps           flaps
+	flaps           *flaps        // nil: no transition within the flap window (most servers, most of the time)
 	pending         *Transition
 }
 
@@ -281,6 +281,9 @@ func (s *Server) Deregister(cfg *Config, now time.Time) *Transition {
 // flapping alert went out), for the shell to log.
 func (s *Server) Committed(cfg *Config, t *Transition) (flapping bool) {
 	if t.To != health.Deregistered {
+		if s.flaps == nil {
+			s.flaps = &flaps{}
+		}
 		s.flaps.record(t.At, cfg.Flap.WithDefaults().Window)
 		if t.Alert == AlertFlapping {
 			s.flaps.alerted = true
@@ -306,13 +309,19 @@ func (s *Server) alertFor(cfg *Config, t *Transition) {
 		return
 	}
 	fc := cfg.Flap.WithDefaults()
-	s.flaps.prune(t.At, fc.Window)
-	n := len(s.flaps.times) + 1
+	n, alerted := 1, false
+	if s.flaps != nil {
+		if s.flaps.prune(t.At, fc.Window); s.flaps.over() {
+			s.flaps = nil // the episode is over: its memory goes with it
+		} else {
+			n, alerted = len(s.flaps.times)+1, s.flaps.alerted
+		}
+	}
 	t.FlapCount = n
 	switch {
 	case n < fc.Threshold:
 		t.Alert = AlertUnhealthy
-	case !s.flaps.alerted:
+	case !alerted:
 		t.Alert = AlertFlapping
 	default:
 		t.Alert = NoAlert // already alerted for this flapping episode
@@ -320,7 +329,8 @@ func (s *Server) alertFor(cfg *Config, t *Transition) {
 }
 
 // flaps remembers a server's recent transitions, to tell a flapping server (one that keeps changing
-// status) from one that failed once.
+// status) from one that failed once. A Server holds it only while it has transitions within the window
+// (a pointer, not 32 bytes inline in each of 250,000 servers).
 type flaps struct {
 	times   []time.Time // transitions within the window, oldest first
 	alerted bool        // the flapping alert of the current episode went out
@@ -341,3 +351,6 @@ func (f *flaps) prune(now time.Time, window time.Duration) {
 		f.alerted = false // the episode is over
 	}
 }
+
+// over reports whether no transition is left within the window: forgetting f changes nothing.
+func (f *flaps) over() bool { return len(f.times) == 0 && !f.alerted }

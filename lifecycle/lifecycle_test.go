@@ -335,11 +335,15 @@ func TestMassSilenceBudget(t *testing.T) {
 }
 
 // TestFlapping: transitions counted in a sliding window; once flapping, one flapping alert for the
-// episode, then none; after the window empties, unhealthy alerts again.
+// episode, then none; after the window empties, unhealthy alerts again. A server holds the memory of its
+// transitions only while some are within the window.
 func TestFlapping(t *testing.T) {
 	c := cfg()
 	c.Flap = FlapConfig{Window: 15 * time.Minute, Threshold: 4}
 	s := registered(health.Healthy)
+	if s.flaps != nil {
+		t.Fatal("a server that never changed status holds flap memory")
+	}
 	now := t0
 	var alerts []Alert
 	for range 4 { // healthy → unhealthy → healthy …: two transitions per round
@@ -360,8 +364,19 @@ func TestFlapping(t *testing.T) {
 	now = now.Add(c.Flap.Window + time.Minute)
 	s.Evidence(now, 0)
 	now = now.Add(3 * H)
-	if tr := tick(c, &s, now, 0); tr.Alert != AlertUnhealthy || tr.FlapCount != 1 {
+	if s.flaps == nil {
+		t.Fatal("the episode's transitions were forgotten before the window passed them")
+	}
+	tr := s.Decide(c, s.Check(c, now, 0), now)
+	if tr == nil || tr.Alert != AlertUnhealthy || tr.FlapCount != 1 {
 		t.Fatalf("after the episode: %+v", tr)
+	}
+	if s.flaps != nil {
+		t.Fatalf("after the episode the server still holds its flap memory: %+v", *s.flaps)
+	}
+	s.Committed(c, tr)
+	if s.flaps == nil || len(s.flaps.times) != 1 {
+		t.Fatalf("the new transition is not remembered: %+v", s.flaps)
 	}
 }
 
