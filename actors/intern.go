@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -23,11 +24,11 @@ type interner struct {
 
 	mu        sync.RWMutex
 	strings   map[string]string
-	protocols map[string][]string // by the list's revisions joined with NUL (which no revision holds)
+	protocols map[string]*[]string // by the list's length and revisions, joined with NUL (which no revision holds)
 }
 
 func newInterner(max int) *interner {
-	return &interner{max: max, strings: map[string]string{}, protocols: map[string][]string{}}
+	return &interner{max: max, strings: map[string]string{}, protocols: map[string]*[]string{}}
 }
 
 // string returns s's shared copy (the first time, a copy of s is made the shared one; past the bound,
@@ -53,13 +54,13 @@ func (in *interner) string(s string) string {
 }
 
 // list returns p's shared copy, equal to p, whose revisions are interned too (the first time, a copy of
-// p is made the shared one; past the bound, a copy of p). An empty or nil p is returned as it is: it
-// holds nothing.
-func (in *interner) list(p []string) []string {
-	if len(p) == 0 {
-		return p
+// p is made the shared one; past the bound, a copy of p), behind a pointer: a record holds 8 bytes of
+// it, not a 24-byte slice header. nil stays nil; an empty list is one too, not nil.
+func (in *interner) list(p []string) *[]string {
+	if p == nil {
+		return nil
 	}
-	key := strings.Join(p, "\x00")
+	key := strconv.Itoa(len(p)) + "\x00" + strings.Join(p, "\x00") // [] and [""] apart
 	in.mu.RLock()
 	v, ok := in.protocols[key]
 	in.mu.RUnlock()
@@ -76,8 +77,8 @@ func (in *interner) list(p []string) []string {
 		return v
 	}
 	if len(in.protocols) >= in.max {
-		return own
+		return &own
 	}
-	in.protocols[key] = own
-	return own
+	in.protocols[key] = &own
+	return &own
 }

@@ -19,18 +19,22 @@ func TestInternerSharesEqualValuesUpToItsBound(t *testing.T) {
 		t.Errorf("two equal versions were not given one copy")
 	}
 	p, q := []string{"2025-06-18", "2025-11-25"}, []string{"2025-06-18", "2025-11-25"}
-	x, y := in.list(p), in.list(q)
-	if !slices.Equal(x, p) || &x[0] != &y[0] {
-		t.Errorf("two equal protocol lists were not given one copy: %v %v", x, y)
+	xp, yp := in.list(p), in.list(q)
+	if x := *xp; !slices.Equal(x, p) || xp != yp {
+		t.Errorf("two equal protocol lists were not given one copy: %v %v", x, *yp)
 	}
+	x := *xp
 	if &x[0] == &p[0] {
 		t.Error("the shared list is the caller's own slice, which the caller may change")
 	}
-	if got := in.list([]string{"2025-06-18"}); !slices.Equal(got, []string{"2025-06-18"}) || unsafe.StringData(got[0]) != unsafe.StringData(x[0]) {
+	if got := *in.list([]string{"2025-06-18"}); !slices.Equal(got, []string{"2025-06-18"}) || unsafe.StringData(got[0]) != unsafe.StringData(x[0]) {
 		t.Errorf("a list's revisions are not interned: %v", got)
 	}
-	if in.list(nil) != nil || in.list([]string{}) == nil {
-		t.Error("an empty list changed: nil and [] must stay as they are")
+	if in.list(nil) != nil {
+		t.Error("no list became one")
+	}
+	if e, blank := in.list([]string{}), in.list([]string{""}); e == nil || *e == nil || len(*e) != 0 || len(*blank) != 1 {
+		t.Errorf("an empty list and a list of one empty revision: %v, %v; want [] and [\"\"]", e, blank)
 	}
 	for i := range 5 {
 		v := fmt.Sprintf("9.%d", i)

@@ -58,17 +58,17 @@ func (r *serverRecord) key() moduleKey {
 }
 
 // serverRow is what a record keeps of its server's committed row, for answers: persistence.Server's
-// 200 bytes in 136 — without the capability advertisement (kilobytes; an answer that carries it takes
+// 200 bytes in 120 — without the capability advertisement (kilobytes; an answer that carries it takes
 // it from its commit), with the status as its code (statusCodes), the trace id as its 16 bytes instead
-// of a 32-byte hex string of its own, and the times as Unix nanoseconds (0: none) instead of
-// time.Time's 24 bytes (the deregistration's behind a pointer), and the version and protocol list
-// shared with every record that has the same (interned). server gives the row back: equal to
+// of a 32-byte hex string of its own, the times as Unix nanoseconds (0: none) instead of time.Time's
+// 24 bytes, and the version and the protocol list (behind a pointer) shared with every record that has
+// the same (interned). server gives the row back: equal to
 // the one it was made from but for the advertisement and the times' location, UTC (every answer
 // writes them in UTC).
 type serverRow struct {
 	serverID, tenantID  uuid.UUID
 	moduleName, version string
-	protocols           []string
+	protocols           *[]string // interned: shared, never written through; nil: none
 	traceID             trace.TraceID
 	lastHeartbeat       int64 // Unix ns; 0: none
 	registered          int64 // Unix ns; 0: none
@@ -102,10 +102,18 @@ func rowOf(s persistence.Server) serverRow {
 	return r
 }
 
+// protocolList is the row's supported protocols (shared: the caller must not change them).
+func (r *serverRow) protocolList() []string {
+	if r.protocols == nil {
+		return nil
+	}
+	return *r.protocols
+}
+
 func (r *serverRow) server() persistence.Server {
 	s := persistence.Server{
 		ServerID: r.serverID, TenantID: r.tenantID, ModuleName: r.moduleName, Version: r.version,
-		SupportedProtocols: r.protocols, Status: r.statusOf(),
+		SupportedProtocols: r.protocolList(), Status: r.statusOf(),
 		LastHeartbeatAt: fromUnixNano(r.lastHeartbeat), RegisteredAt: fromUnixNano(r.registered),
 	}
 	if r.deregistered != 0 {
