@@ -102,13 +102,18 @@ func TestWarmOwnersSparesTheFirstHeartbeats(t *testing.T) {
 	}
 }
 
+// serverWithOwner is an API over a store that holds one server, id of tenant, of module and origin.
+func serverWithOwner(module string, origin persistence.Origin) (s *Server, st *ownerStore, tenant, id uuid.UUID) {
+	tenant, id = uuid.New(), uuid.New()
+	st = &ownerStore{servers: map[uuid.UUID]storedOwner{id: {tenantID: tenant, module: module, origin: origin}}}
+	return &Server{owners: newOwners(st, 10)}, st, tenant, id
+}
+
 // A module key's deregistration is checked against the cached owner, as its heartbeats are (an owner
 // never changes): one database lookup for a server however many actions follow, and the cached answer
 // refuses what the database's would — a key bound to another module, another tenant's server.
 func TestDeregistrationUsesTheCachedOwner(t *testing.T) {
-	tenant, id := uuid.New(), uuid.New()
-	st := &ownerStore{servers: map[uuid.UUID]storedOwner{id: {tenantID: tenant, module: "m", origin: persistence.OriginModule}}}
-	s := &Server{owners: newOwners(st, 10)}
+	s, st, tenant, id := serverWithOwner("m", persistence.OriginModule)
 	ctx := context.Background()
 	key := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "m"}
 	for _, a := range []persistence.Action{persistence.ActHeartbeat, persistence.ActDeregister, persistence.ActDeregister} {
@@ -133,9 +138,7 @@ func TestDeregistrationUsesTheCachedOwner(t *testing.T) {
 // An administrator's server keeps its origin in the cache: the second decision, from the cache, is the
 // first's, from the database — a bound key may only heartbeat it, an unbound one nothing.
 func TestCachedOwnerKeepsAnAdministratorsServer(t *testing.T) {
-	tenant, id := uuid.New(), uuid.New()
-	st := &ownerStore{servers: map[uuid.UUID]storedOwner{id: {tenantID: tenant, module: "gw", origin: persistence.OriginAdmin}}}
-	s := &Server{owners: newOwners(st, 10)}
+	s, st, tenant, id := serverWithOwner("gw", persistence.OriginAdmin)
 	ctx := context.Background()
 	bound := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule, Modules: "gw"}
 	unbound := persistence.Principal{TenantID: tenant, Role: persistence.RoleModule}
