@@ -62,9 +62,8 @@ func (r *serverRecord) key() moduleKey {
 // it from its commit), with the status as its code (statusCodes), the trace id as its 16 bytes instead
 // of a 32-byte hex string of its own, the times as Unix nanoseconds (0: none) instead of time.Time's
 // 24 bytes, and the version and the protocol list (behind a pointer) shared with every record that has
-// the same (interned). server gives the row back: equal to
-// the one it was made from but for the advertisement and the times' location, UTC (every answer
-// writes them in UTC).
+// the same (interned). server gives the row back: equal to the one it was made from but for the
+// advertisement and the times' location, UTC (every answer writes them in UTC).
 type serverRow struct {
 	serverID, tenantID  uuid.UUID
 	moduleName, version string
