@@ -133,7 +133,7 @@ type Server struct {
 	status          health.Status
 	evidence        time.Time     // last liveness evidence, on the service clock
 	stallAtEvidence time.Duration // the monitor's stall when it was taken
-	flaps           *flaps        // nil: no transition within the flap window (most servers, most of the time)
+	flaps           *flaps        // nil: no transition recorded since the last decision that found the window empty
 	pending         *Transition
 }
 
@@ -329,8 +329,9 @@ func (s *Server) alertFor(cfg *Config, t *Transition) {
 }
 
 // flaps remembers a server's recent transitions, to tell a flapping server (one that keeps changing
-// status) from one that failed once. A Server holds it only while it has transitions within the window
-// (a pointer, not 32 bytes inline in each of 250,000 servers).
+// status) from one that failed once. A Server holds one only from its first committed transition until
+// a decision to unhealthy finds the window empty (a pointer, nil for most servers, not 32 bytes inline in
+// each of 250,000).
 type flaps struct {
 	times   []time.Time // transitions within the window, oldest first
 	alerted bool        // the flapping alert of the current episode went out
