@@ -335,8 +335,8 @@ func TestMassSilenceBudget(t *testing.T) {
 }
 
 // TestFlapping: transitions counted in a sliding window; once flapping, one flapping alert for the
-// episode, then none; after the window empties, unhealthy alerts again. A server holds the memory of its
-// transitions only while some are within the window.
+// episode, then none; after the window empties, unhealthy alerts again. A server holds no flap memory
+// before its first transition, and drops it when a decision finds the window empty.
 func TestFlapping(t *testing.T) {
 	c := cfg()
 	c.Flap = FlapConfig{Window: 15 * time.Minute, Threshold: 4}
