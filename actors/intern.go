@@ -18,11 +18,12 @@ var interned = newInterner(maxInterned)
 const maxInterned = 4096
 
 // An interner hands out one shared copy of each string and protocol list it is given, up to max
-// distinct ones of each. Safe for concurrent use.
+// distinct ones of each. Safe for concurrent use: one lock, taken once per call — it is used per
+// registration and per server loaded, never per heartbeat.
 type interner struct {
 	max int
 
-	mu        sync.RWMutex
+	mu        sync.Mutex
 	strings   map[string]string
 	protocols map[string]*[]string // by the list's length and revisions, joined with NUL (which no revision holds)
 }
@@ -34,14 +35,12 @@ func newInterner(max int) *interner {
 // string returns s's shared copy (the first time, a copy of s is made the shared one; past the bound,
 // s itself).
 func (in *interner) string(s string) string {
-	in.mu.RLock()
-	v, ok := in.strings[s]
-	in.mu.RUnlock()
-	if ok {
-		return v
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.stringLocked(s)
+}
+
+func (in *interner) stringLocked(s string) string {
 	if v, ok := in.strings[s]; ok {
 		return v
 	}
@@ -61,24 +60,17 @@ func (in *interner) list(p []string) *[]string {
 		return nil
 	}
 	key := strconv.Itoa(len(p)) + "\x00" + strings.Join(p, "\x00") // [] and [""] apart
-	in.mu.RLock()
-	v, ok := in.protocols[key]
-	in.mu.RUnlock()
-	if ok {
-		return v
-	}
-	own := make([]string, len(p))
-	for i, s := range p {
-		own[i] = in.string(s)
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if v, ok := in.protocols[key]; ok {
 		return v
 	}
-	if len(in.protocols) >= in.max {
-		return &own
+	own := make([]string, len(p))
+	for i, s := range p {
+		own[i] = in.stringLocked(s)
 	}
-	in.protocols[key] = &own
+	if len(in.protocols) < in.max {
+		in.protocols[key] = &own
+	}
 	return &own
 }
