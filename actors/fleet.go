@@ -271,7 +271,7 @@ func (f *fleetActor) add(ctx actor.Context, rec *serverRecord, registered bool) 
 // restore gives a loaded server its life as of arm.at (its restart grace runs from then) with the
 // monitor's stall at that moment, and arms its deadline bound if time alone can change it.
 func (f *fleetActor) restore(rec *serverRecord, arm *armLoaded) {
-	rec.life = lifecycle.Restore(rec.row.statusOf(), arm.at, arm.stall)
+	rec.life = lifecycle.Restore(rec.statusOf(), arm.at, arm.stall)
 	if due, ok := rec.life.Due(f.deps.life); ok {
 		f.arm(&armMsg{id: rec.id(), at: due.UnixNano()})
 	}

@@ -114,26 +114,31 @@ func TestMailboxDeliversEveryMessageInOrder(t *testing.T) {
 
 type seqMsg struct{ sender, n int }
 
-// System messages run first; while suspended only they run; a resume lets the user messages through.
+// System messages run first, in order, and the emptied system queue is dropped; while suspended only
+// they run; a resume lets the user messages through.
 func TestMailboxSystemFirstAndSuspend(t *testing.T) {
 	m, inv, d := newTestMailbox()
 	m.PostUserMessage("u1")
 	m.PostSystemMessage("s1")
+	m.PostSystemMessage("s1b")
 	d.runAll()
-	inv.want(t, "s1", "u1")
+	inv.want(t, "s1", "s1b", "u1")
+	if m.sys != nil {
+		t.Fatal("the emptied system queue is kept: every idle actor would hold it")
+	}
 	m.PostSystemMessage(&actor.SuspendMailbox{})
 	m.PostUserMessage("u2")
 	d.runAll()
-	inv.want(t, "s1", "u1")
+	inv.want(t, "s1", "s1b", "u1")
 	if n := m.UserMessageCount(); n != 1 {
 		t.Fatalf("suspended with %d user messages, want 1", n)
 	}
 	m.PostSystemMessage("s2")
 	d.runAll()
-	inv.want(t, "s1", "u1", "s2")
+	inv.want(t, "s1", "s1b", "u1", "s2")
 	m.PostSystemMessage(&actor.ResumeMailbox{})
 	d.runAll()
-	inv.want(t, "s1", "u1", "s2", "u2")
+	inv.want(t, "s1", "s1b", "u1", "s2", "u2")
 	if d.scheduled != 4 {
 		t.Fatalf("%d runs scheduled, want 4 (one per post into an idle mailbox)", d.scheduled)
 	}

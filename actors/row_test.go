@@ -14,7 +14,7 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// A record keeps its row compacted (serverRow): every answer made from it must be the row it was made
+// A record keeps its row compacted (serverRow and status): every answer made from it must be the row it was made
 // from, but for the capability advertisement it does not keep and the times' location (answers write
 // them in UTC).
 func TestServerRowGivesBackItsRow(t *testing.T) {
@@ -47,8 +47,9 @@ func TestServerRowGivesBackItsRow(t *testing.T) {
 		cases = append(cases, s)
 	}
 	for _, s := range cases {
-		got := rowOf(s)
-		back := got.server()
+		var rec serverRecord
+		rec.setRow(s)
+		back := rec.server()
 		want := s
 		want.CapabilityAdvertisement = nil
 		utc := func(p *time.Time) {

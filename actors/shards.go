@@ -185,7 +185,7 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 		}
 	}
 	for _, r := range all {
-		f.metrics.ServerStatus("", r.row.statusOf())
+		f.metrics.ServerStatus("", r.statusOf())
 	}
 	// Grace runs from the moment this node took the shard, and so does the stall: the monitor's stall
 	// before it (a pause, a partition) must not extend the deadline of a server it did not run then.
@@ -226,7 +226,7 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		f.deps.pids.forget(id)
 		asleep := f.sleeping[id]
 		delete(f.sleeping, id)
-		if st := e.rec.row.statusOf(); (e.dormant || asleep) && st != "" {
+		if st := e.rec.statusOf(); (e.dormant || asleep) && st != "" {
 			// No actor runs the server, or its actor has gone asleep (sleep.go) and changes its record no
 			// more: the fleet leaves the servers gauge for it (a running actor leaves it on handOff).
 			f.deps.metrics.ServerStatus(st, "")

@@ -81,7 +81,7 @@ func decideSleep(status health.Status, quiet, idle, gone bool) sleepDecision {
 
 // checkSleep handles the timer (step 1).
 func (a *serverActor) checkSleep(ctx actor.Context) {
-	switch decideSleep(a.rec.row.statusOf(), a.quiet, !a.busy && len(a.stash) == 0, a.asleep || a.retired || a.dead) {
+	switch decideSleep(a.rec.statusOf(), a.quiet, !a.busy && len(a.stash) == 0, a.asleep || a.retired || a.dead) {
 	case checkLater:
 		a.sleepLater(ctx)
 	case goAsleep:

@@ -385,7 +385,7 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	for _, t := range tenants {
 		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
 			r := newLoadedRecord(s)
-			f.metrics.ServerStatus("", r.row.statusOf())
+			f.metrics.ServerStatus("", r.statusOf())
 			if chunk = append(chunk, r); len(chunk) == loadChunk {
 				f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
 				expect = nil // the first message sizes the maps
@@ -415,7 +415,8 @@ const loadChunk = 10000
 
 // newLoadedRecord is the record of a server read from PostgreSQL (its life is the caller's to restore).
 func newLoadedRecord(s persistence.Server) *serverRecord {
-	r := &serverRecord{row: rowOf(s)}
+	r := &serverRecord{}
+	r.setRow(s)
 	r.registrationTrace = linkToTrace(r.row.traceID) // the row's trace id, parsed once
 	return r
 }
