@@ -256,6 +256,10 @@ func (a *serverActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.arrivedEvidence(ctx, now)
+		if !a.busy { // as run does, without making the closures a stash needs: once per heartbeat
+			a.heartbeat(ctx, msg, now, span)
+			return
+		}
 		a.run(ctx, func(ctx actor.Context) { a.heartbeat(ctx, msg, now, span) },
 			func(ctx actor.Context) {
 				endSpan(span, ErrUnavailable)
