@@ -3,6 +3,7 @@ package persistence
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -45,6 +46,9 @@ func (uuidArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
 	if ids == nil {
 		return nil, nil
 	}
+	// Room for the whole array at once: pgx starts every statement's parameters in a small buffer, and
+	// a stamper's batch holds thousands of ids, which appending alone would copy through a dozen sizes.
+	buf = slices.Grow(buf, 20+20*len(ids))
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
 	buf = binary.BigEndian.AppendUint32(buf, 0) // no NULL element
 	buf = binary.BigEndian.AppendUint32(buf, pgtype.UUIDOID)
