@@ -22,9 +22,9 @@ func unboundedMailbox() actor.MailboxProducer {
 // user queue is a slice under a mutex, plus the 16-byte room that queue keeps after a message: a message
 // costs an append into that room, not an allocation. Its system queue exists only while it holds a
 // message (system messages are rare: Started, a stop, a failure). BenchmarkServerMemory: 1,387 → 1,317
-// bytes per server, then 16 fewer with the system queue made on demand. Each server actor's mailbox is posted to by one heartbeat every H, so the mutex is as good as
-// uncontended; the busy actors (the fleet, the writer) take it twice per message, as the lock-free queue
-// took its atomics.
+// bytes per server, then 16 fewer with the system queue made on demand. Each server actor's mailbox is
+// posted to by one heartbeat every H, so the mutex is as good as uncontended; the busy actors (the
+// fleet, the writer) take it twice per message, as the lock-free queue took its atomics.
 //
 // Semantics, as protoactor's defaultMailbox (mailbox.go of the pinned version) without its middlewares
 // and MessageBatch expansion, which nothing here uses:

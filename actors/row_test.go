@@ -14,9 +14,9 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// A record keeps its row compacted (serverRow and status): every answer made from it must be the row it was made
-// from, but for the capability advertisement it does not keep and the times' location (answers write
-// them in UTC).
+// A record keeps its row compacted (serverRow and status): every answer made from it must be the row it
+// was made from, but for the capability advertisement it does not keep and the times' location
+// (answers write them in UTC).
 func TestServerRowGivesBackItsRow(t *testing.T) {
 	at := func(s string) time.Time {
 		v, err := time.Parse(time.RFC3339Nano, s)
