@@ -226,10 +226,13 @@ func (f *fleetActor) forgetShards(shards shardSet) (int, []*actor.PID) {
 		f.deps.pids.forget(id)
 		asleep := f.sleeping[id]
 		delete(f.sleeping, id)
-		if st := e.rec.statusOf(); (e.dormant || asleep) && st != "" {
+		if e.dormant || asleep {
 			// No actor runs the server, or its actor has gone asleep (sleep.go) and changes its record no
-			// more: the fleet leaves the servers gauge for it (a running actor leaves it on handOff).
-			f.deps.metrics.ServerStatus(st, "")
+			// more: the fleet leaves the servers gauge for it (a running actor leaves it on handOff). Only
+			// then may the fleet read the record's status: a running actor writes it.
+			if st := e.rec.statusOf(); st != "" {
+				f.deps.metrics.ServerStatus(st, "")
+			}
 		}
 		f.tenants[e.rec.tenantID()]--
 		f.byModule.remove(e.rec.key(), id)
