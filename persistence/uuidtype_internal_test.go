@@ -59,7 +59,7 @@ func TestUUIDEncodesAsBytes(t *testing.T) {
 		if _, err := m.Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, ids, small); err != nil {
 			t.Fatal(err)
 		}
-	}); allocs > 2 {
+	}); allocs > 4 { // 2, 3 under -race; 14 and more without the room made at once
 		t.Fatalf("encoding 1,000 uuids into a 128-byte buffer allocates %.0f times", allocs)
 	}
 }
