@@ -58,11 +58,7 @@ func (r *serverRecord) statusOf() health.Status { return statusCodes[r.status] }
 
 // server gives the row back: equal to the one it was made from but for the advertisement and the
 // times' location, UTC (every answer writes them in UTC).
-func (r *serverRecord) server() persistence.Server {
-	s := r.row.server()
-	s.Status = r.statusOf()
-	return s
-}
+func (r *serverRecord) server() persistence.Server { return r.row.server(r.statusOf()) }
 
 // newServerRecord is the record of a server the fleet starts (registration, configuration): nothing
 // committed yet but its identity.
@@ -126,10 +122,11 @@ func (r *serverRow) protocolList() []string {
 	return *r.protocols
 }
 
-func (r *serverRow) server() persistence.Server {
+// server is the row again, with status (which rowOf leaves out: the record keeps it).
+func (r *serverRow) server(status health.Status) persistence.Server {
 	s := persistence.Server{
 		ServerID: r.serverID, TenantID: r.tenantID, ModuleName: r.moduleName, Version: r.version,
-		SupportedProtocols: r.protocolList(), LastHeartbeatAt: fromUnixNano(r.lastHeartbeat),
+		SupportedProtocols: r.protocolList(), Status: status, LastHeartbeatAt: fromUnixNano(r.lastHeartbeat),
 		RegisteredAt: fromUnixNano(r.registered),
 	}
 	if r.deregistered != 0 {
