@@ -17,7 +17,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Provider is the service's tracer provider (issue 14): what the OpenTelemetry SDK's TracerProvider
@@ -188,9 +187,11 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	return trace.ContextWithSpan(ctx, s), s
 }
 
-// droppedSpan is a span the sampler dropped: its span context, nothing recorded.
+// droppedSpan is a span the sampler dropped: its span context, nothing recorded. Every unsampled
+// request starts two (its HTTP span and its actor's), so it holds only what it answers: embedding
+// noop.Span would add a second, unused span context: 160 bytes a span instead of 96.
 type droppedSpan struct {
-	noop.Span
+	embedded.Span
 	sc trace.SpanContext
 	p  *Provider
 }
@@ -200,6 +201,18 @@ func (s *droppedSpan) SpanContext() trace.SpanContext { return s.sc }
 
 // TracerProvider returns the provider that started the span.
 func (s *droppedSpan) TracerProvider() trace.TracerProvider { return s.p }
+
+// IsRecording is false: nothing is recorded.
+func (*droppedSpan) IsRecording() bool { return false }
+
+// The rest records nothing.
+func (*droppedSpan) End(...trace.SpanEndOption)              {}
+func (*droppedSpan) AddEvent(string, ...trace.EventOption)   {}
+func (*droppedSpan) AddLink(trace.Link)                      {}
+func (*droppedSpan) RecordError(error, ...trace.EventOption) {}
+func (*droppedSpan) SetStatus(codes.Code, string)            {}
+func (*droppedSpan) SetName(string)                          {}
+func (*droppedSpan) SetAttributes(...attribute.KeyValue)     {}
 
 // span is a recorded span.
 type span struct {

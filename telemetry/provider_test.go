@@ -401,6 +401,40 @@ func TestProviderWithoutExportRecordsNothing(t *testing.T) {
 	}
 }
 
+// A span the sampler drops is what every unsampled request pays twice (its HTTP span and its actor's):
+// its span context in a 96-byte span and the 48-byte context that holds it, nothing else — a dropped
+// span embedding noop.Span (a second span context) costs 208 bytes. It answers as a span: its span
+// context, its provider, not recording, and every recording method a no-op.
+func TestDroppedSpanHoldsOnlyItsSpanContext(t *testing.T) {
+	p := newProvider(sdktrace.NeverSample(), nil)
+	tr := p.Tracer("test")
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{7}, SpanID: trace.SpanID{7}, Remote: true}))
+	ctx, s := tr.Start(parent, "x")
+	s.SetAttributes(attribute.Int("a", 1))
+	s.AddEvent("e")
+	s.RecordError(errors.New("e"))
+	s.SetStatus(codes.Error, "e")
+	s.SetName("y")
+	s.AddLink(trace.Link{})
+	s.End()
+	if s.IsRecording() || s.TracerProvider() != p || s.SpanContext().TraceID() != (trace.TraceID{7}) ||
+		!trace.SpanContextFromContext(ctx).Equal(s.SpanContext()) {
+		t.Errorf("dropped span %v (recording %v, provider %v): want the parent's trace, not recording, this provider",
+			s.SpanContext(), s.IsRecording(), s.TracerProvider())
+	}
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, s := tr.Start(parent, "x")
+			s.End()
+		}
+	})
+	if got := r.AllocedBytesPerOp(); got > 96+48 {
+		t.Errorf("a dropped span costs %d bytes, want at most %d (the span and its context)", got, 96+48)
+	}
+}
+
 // An exported span's attribute slice is recycled once End has encoded it: a span with attributes
 // allocates no more than one without, and a span that takes a recycled slice exports its own
 // attributes only — none of the span before, whose encoding the reuse must not touch.
