@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -351,12 +352,39 @@ func (s *Server) heartbeat(c *gin.Context, p persistence.Principal) error {
 		return fleetError(err)
 	}
 	a := heartbeatAnswer{ServerID: res.ServerID, Status: res.Status, LastHeartbeatAt: res.LastHeartbeatAt.UTC()}
-	c.Data(http.StatusOK, jsonContentType, a.appendJSON(make([]byte, 0, 128)))
+	buf := answerBufs.Get().(*[]byte)
+	*buf = a.appendJSON((*buf)[:0])
+	writeJSON(c, http.StatusOK, *buf)
+	answerBufs.Put(buf)
 	return nil
 }
 
+// answerBufs holds the buffers heartbeat answers are written into: writeJSON copies the body into the
+// connection's buffer before it returns, so a buffer is reused by the next answer.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
 // jsonContentType is what gin's c.JSON answers with.
 const jsonContentType = "application/json; charset=utf-8"
+
+// jsonContentTypes is jsonContentType as a header's values. It is shared by every answer, as gin shares
+// its own: net/http copies the header's values when it writes them and nothing appends to them.
+var jsonContentTypes = []string{jsonContentType}
+
+// writeJSON answers status (one that has a body) with the JSON body as c.Data(status, jsonContentType,
+// body) does on the wire — a Content-Type already set is kept, a failed write is the request's error —
+// without what gin's render allocates per answer: its Data value, the content type's slice, and the
+// Content-Length header, which net/http writes itself for a body that fits its buffer and is complete
+// when the handler returns (a heartbeat's answer, ~130 bytes). body is written before writeJSON returns.
+func writeJSON(c *gin.Context, status int, body []byte) {
+	if h := c.Writer.Header(); len(h["Content-Type"]) == 0 {
+		h["Content-Type"] = jsonContentTypes
+	}
+	c.Status(status)
+	if _, err := c.Writer.Write(body); err != nil {
+		_ = c.Error(err)
+		c.Abort()
+	}
+}
 
 // appendJSON appends a's JSON to b, byte for byte what encoding/json writes for it
 // (TestHeartbeatAnswerJSON), without reflection: the heartbeat is the hottest answer the service writes.
