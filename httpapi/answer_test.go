@@ -51,7 +51,7 @@ func TestHeartbeatAnswerJSON(t *testing.T) {
 
 // TestWriteJSONAnswersAsDataDoes: on the wire writeJSON's answer is c.Data's — status, headers (a
 // Content-Type already set kept, the Content-Length net/http adds), body — a failed write is recorded as
-// the request's error as c.Data records it, and it allocates at least three times fewer a request (gin's
+// the request's error as c.Data records it, and it makes at least three allocations fewer a request (gin's
 // Data value, the content type's slice, the Content-Length's string and slice).
 func TestWriteJSONAnswersAsDataDoes(t *testing.T) {
 	body := []byte(`{"server_id":"x"}`)
