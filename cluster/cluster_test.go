@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcpfleet/mcpfleet/cluster"
+	"github.com/mcpfleet/mcpfleet/internal/freeport"
 	"github.com/mcpfleet/mcpfleet/internal/wait"
 	"github.com/mcpfleet/mcpfleet/persistence"
 	"github.com/mcpfleet/mcpfleet/persistence/pgtest"
@@ -502,24 +503,14 @@ func buildService(t testing.TB) string {
 	return bin
 }
 
-// freePort returns a port that was free a moment ago on 127.0.0.1.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startEtcd starts a private single-member etcd on random loopback ports in a temporary directory
 // and returns its client URL once it answers.
 func startEtcd(t testing.TB, bin string) string {
 	t.Helper()
 	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	ports := freeport.Distinct(t, 2)
+	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	cmd := exec.Command(bin, "--name", "test", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "test="+peer)
@@ -543,8 +534,9 @@ func startEtcd(t testing.TB, bin string) string {
 // startNode starts one cluster node and waits until it serves.
 func startNode(t testing.TB, bin, name, dbURL, etcdURL string, interval time.Duration) *node {
 	t.Helper()
-	n := &node{name: name, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), log: &lockedBuffer{}}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ports := freeport.Distinct(t, 2)
+	n := &node{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), log: &lockedBuffer{}}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	n.url = "http://" + httpAddr
 	n.cmd = exec.Command(bin, "serve")
 	n.cmd.Env = append(os.Environ(),

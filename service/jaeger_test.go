@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpfleet/mcpfleet/internal/freeport"
 	"github.com/mcpfleet/mcpfleet/service"
 )
 
@@ -76,16 +77,6 @@ func stale(target string, sources ...string) bool {
 	return false
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // jaegerConfig is a Jaeger v2 configuration (an OpenTelemetry Collector configuration): an OTLP/HTTP
 // receiver, memory storage and the query API, on loopback ports only; no internal metrics endpoint.
 const jaegerConfig = `service:
@@ -136,7 +127,8 @@ func startJaeger(t *testing.T) *jaeger {
 	t.Helper()
 	bin := jaegerBinary(t)
 	dir := t.TempDir()
-	qhttp, qgrpc, otlp := freePort(t), freePort(t), freePort(t)
+	ports := freeport.Distinct(t, 3)
+	qhttp, qgrpc, otlp := ports[0], ports[1], ports[2]
 	cfg := filepath.Join(dir, "jaeger.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, qhttp, qgrpc, otlp), 0o644); err != nil {
 		t.Fatal(err)

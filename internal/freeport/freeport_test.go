@@ -1,0 +1,42 @@
+package freeport
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// The ports are distinct even from a kernel that gives the port it last freed to the next listener (a
+// listen that sees no listener open gets the same port), and each is free once Distinct returns.
+func TestDistinctPortsAreDistinctAndFree(t *testing.T) {
+	open := 0
+	listen := func() (net.Listener, error) {
+		open++
+		return &fakeListener{port: 40000 + open, open: &open}, nil
+	}
+	ports := distinct(t, 3, listen)
+	if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
+		t.Errorf("ports %v: want three distinct", ports)
+	}
+	if open != 0 {
+		t.Errorf("%d listeners left open", open)
+	}
+	for _, p := range Distinct(t, 3) {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d not free: %v", p, err)
+		}
+		ln.Close()
+	}
+}
+
+// fakeListener answers with port, the count of listeners open plus 40,000 when it was made: a listener
+// made after the previous one closed gets the previous one's port.
+type fakeListener struct {
+	net.Listener
+	port int
+	open *int
+}
+
+func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: l.port} }
+func (l *fakeListener) Close() error   { *l.open--; return nil }
