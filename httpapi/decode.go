@@ -27,9 +27,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 
 // readJSONBody is decodeJSON's reading half: the Content-Type check and the body, bounded by MaxBodyBytes.
 // A body that fits in 256 bytes (a heartbeat's) is read into one buffer of its Content-Length (or of
-// 256 bytes), not io.ReadAll's growing one. A body declared under 256 bytes is read without a
-// MaxBytesReader (the server's body reader ends at the Content-Length); one that goes on past its
-// declared length — no net/http request does — is bounded like any other from there on.
+// 256 bytes), not io.ReadAll's growing one. That first read, at most 256 bytes, needs no bound; only a
+// body that goes on past it is read through a MaxBytesReader, for what MaxBodyBytes leaves — so a body
+// declared small (a heartbeat's) costs no MaxBytesReader, and one that goes on past its declared length
+// (no net/http request does) is bounded all the same.
 func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if ct != "application/json" { // the common case, without parsing
@@ -41,24 +42,19 @@ func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	} else {
 		return nil, problem(http.StatusUnsupportedMediaType, "unsupported_media_type", "the Content-Type header is missing: send the body as application/json")
 	}
-	size, rd, bounded := 256, io.Reader(r.Body), false
+	size := 256
 	if r.ContentLength >= 0 && r.ContentLength < 256 {
 		size = int(r.ContentLength) + 1 // one more, so that the end of the body is seen
-	} else {
-		rd, bounded = http.MaxBytesReader(w, r.Body, MaxBodyBytes), true
 	}
 	small := make([]byte, size)
-	n, err := io.ReadFull(rd, small)
+	n, err := io.ReadFull(r.Body, small)
 	var body []byte
 	switch {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return small[:n], nil
 	case err == nil:
-		if !bounded { // the body goes on past its declared length
-			rd = http.MaxBytesReader(w, r.Body, MaxBodyBytes-int64(n))
-		}
 		var rest []byte
-		rest, err = io.ReadAll(rd)
+		rest, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes-int64(n)))
 		body = append(small, rest...)
 	}
 	if err != nil {
