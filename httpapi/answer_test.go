@@ -103,15 +103,7 @@ func TestWriteJSONAnswersAsDataDoes(t *testing.T) {
 	if raceEnabled {
 		return // the race detector changes allocation counts
 	}
-	allocs := func(h http.Handler) float64 {
-		req, w := httptest.NewRequest("POST", "/x", nil), httptest.NewRecorder()
-		return testing.AllocsPerRun(200, func() {
-			w.Body.Reset()
-			clear(w.Header())
-			h.ServeHTTP(w, req)
-		})
-	}
-	if o, d := allocs(ours), allocs(data); o > d-3 {
+	if o, d := allocsPerRequest(ours, "/x"), allocsPerRequest(data, "/x"); o > d-3 {
 		t.Errorf("writeJSON allocates %.0f times a request, c.Data %.0f: want three fewer", o, d)
 	}
 }
