@@ -61,15 +61,17 @@ type saturation struct {
 	runnable  atomic.Uint64
 	saturated atomic.Bool
 
-	// tick is closed after each sample (and replaced): what a held registration waits on. releases is
-	// how many held registrations may still go in until the next sample while the node is not
-	// saturated: saturationReleases after each sample that found it so (set before tick is closed).
-	// holding counts the registrations holding; holdFor is how long one may (saturationHold; tests
-	// shorten it).
-	tick     atomic.Pointer[chan struct{}]
-	releases atomic.Int64
-	holding  atomic.Int64
-	holdFor  time.Duration
+	// permits holds the releases: each sample that finds the node open tops it up to
+	// saturationReleases (so at most that many go in per sample, however many were left unused), each
+	// that finds it saturated empties it. A held registration waits on it alone, so a sample wakes only
+	// the registrations it lets in, in the order they came (a channel's receivers are served first in,
+	// first out) — not every held one each 10 ms to find the node still saturated: 512 held
+	// registrations woken a hundred times a second were 7.5 % of the service's CPU in a saturated mass
+	// registration. holding counts the registrations holding; holdFor is how long one may
+	// (saturationHold; tests shorten it).
+	permits chan struct{}
+	holding atomic.Int64
+	holdFor time.Duration
 
 	// The verdict's log, the sampler's own: a change is logged at most once per
 	// telemetry.BurstLogInterval, so a verdict at its threshold, which can flip from one sample to the next,
@@ -109,9 +111,8 @@ func newSaturation(latency time.Duration, log *slog.Logger, metrics *telemetry.M
 	n := int(saturationWindow / saturationSample)
 	s := &saturation{latency: latency, log: log, metrics: metrics, hists: make([][]uint64, n+1), counts: make([]float64, n), holdFor: saturationHold,
 		now: time.Now}
-	tick := make(chan struct{})
-	s.tick.Store(&tick)
-	s.releases.Store(saturationReleases)
+	s.permits = make(chan struct{}, saturationReleases)
+	s.release() // open until a sample says otherwise
 	s.samples[0].Name = "/sched/latencies:seconds"
 	s.samples[1].Name = "/sched/goroutines/runnable:goroutines"
 	s.samples[2].Name = "/sched/gomaxprocs:threads"
@@ -161,12 +162,36 @@ func (s *saturation) observe(hist *metrics.Float64Histogram, perP float64) {
 	if s.saturated.Swap(now) != now {
 		s.changes++
 	}
-	if !now {
-		s.releases.Store(saturationReleases) // a saturated node's are not read
+	if now {
+		s.withhold()
+	} else {
+		s.release()
 	}
-	next := make(chan struct{})
-	close(*s.tick.Swap(&next)) // after the verdict and the releases: whoever it wakes reads them
 	s.logVerdict(now, p99, mean)
+}
+
+// release tops permits up to saturationReleases. It counts what it adds before adding it: a permit
+// sent while registrations wait goes straight to one of them, so "until the channel is full" would
+// let in every held registration and then fill it.
+func (s *saturation) release() {
+	for range saturationReleases - len(s.permits) {
+		select {
+		case s.permits <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// withhold takes back every permit left: none goes in while the node is saturated.
+func (s *saturation) withhold() {
+	for {
+		select {
+		case <-s.permits:
+		default:
+			return
+		}
+	}
 }
 
 // logVerdict logs the verdict now if it differs from the one last logged and the last line is at least
@@ -232,10 +257,10 @@ func (s *saturation) holdUntil(ctx context.Context) time.Time {
 	return until
 }
 
-// hold waits for the node to stop being saturated and for one of its releases, at most until until, and
-// reports whether it got them (the refused registration may then try again); false also when ctx ends,
-// until has passed or saturationHolders already wait. A nil gauge, or one not saturated with a release
-// left, returns true at once.
+// hold waits for one of the releases of a sample that found the node open, at most until until, and
+// reports whether it got one (the refused registration may then try again); false also when ctx ends,
+// until has passed or saturationHolders already wait. A nil gauge, or one whose last sample found the
+// node open with a release left, returns true at once.
 func (s *saturation) hold(ctx context.Context, until time.Time) bool {
 	if s == nil {
 		return true
@@ -249,20 +274,20 @@ func (s *saturation) hold(ctx context.Context, until time.Time) bool {
 		return false
 	}
 	defer s.holding.Add(-1)
+	select {
+	case <-s.permits:
+		return true
+	default:
+	}
 	t := time.NewTimer(left)
 	defer t.Stop()
-	for {
-		tick := *s.tick.Load() // before the verdict: a sample that changes it closes this one
-		if !s.saturated.Load() && s.releases.Add(-1) >= 0 {
-			return true
-		}
-		select {
-		case <-tick:
-		case <-t.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
+	select {
+	case <-s.permits:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 

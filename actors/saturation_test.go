@@ -218,7 +218,6 @@ func TestSaturationHold(t *testing.T) {
 	for s.saturated.Load() { // fast waits until a sample finds the node open: one sample's releases
 		s.observe(h.add(100, time.Millisecond), 8)
 	}
-	wait.For(t, "a hold that found no release left", 10*time.Second, func() bool { return s.releases.Load() < 0 })
 	for range saturationReleases {
 		if !<-done {
 			t.Fatal("a hold ended false when the node opened")
@@ -230,6 +229,24 @@ func TestSaturationHold(t *testing.T) {
 	s.observe(h.add(100, time.Millisecond), 8) // the next open sample
 	if !<-done {
 		t.Fatal("the last hold ended false at the next open sample")
+	}
+	// Releases left unused do not add up: the next open samples let in saturationReleases, not more.
+	s.observe(h.add(100, time.Millisecond), 8)
+	for range saturationReleases + 1 {
+		go func() { done <- s.hold(context.Background(), far()) }()
+	}
+	for range saturationReleases {
+		if !<-done {
+			t.Fatal("a hold on an open node with releases left ended false")
+		}
+	}
+	wait.For(t, "the hold past the sample's releases", 10*time.Second, func() bool { return s.holding.Load() == 1 })
+	if len(done) != 0 {
+		t.Fatalf("one sample's unused releases, kept over two open samples, let in %d more than saturationReleases", len(done))
+	}
+	s.observe(h.add(100, time.Millisecond), 8)
+	if !<-done {
+		t.Fatal("the hold past the releases ended false at the next open sample")
 	}
 
 	saturate(s, &h, true)
