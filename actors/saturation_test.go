@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -385,4 +386,41 @@ func TestSaturatedNodeRefusesFirstRegistrations(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatalf("the held registration, once the node opened: %v", err)
 	}
+}
+
+// BenchmarkSaturatedHold is what saturationHolders held registrations cost a saturated node: the
+// process's CPU per saturated sample, the samples taken every saturationSample as the sampler does
+// (cpu-µs/sample; a sample alone, with nobody held, costs a few µs).
+func BenchmarkSaturatedHold(b *testing.B) {
+	s := newSaturation(25*time.Millisecond, nil, nil)
+	var h latencies
+	saturate(s, &h, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range saturationHolders {
+		wg.Go(func() { s.hold(ctx, time.Now().Add(time.Hour)) })
+	}
+	wait.For(b, "the registrations held", 10*time.Second, func() bool { return s.holding.Load() == saturationHolders })
+	before := processCPU(b)
+	b.ResetTimer()
+	for b.Loop() {
+		s.observe(h.add(100, 50*time.Millisecond), 8)
+		time.Sleep(saturationSample)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-before).Microseconds())/float64(b.N), "cpu-µs/sample")
+	if n := s.holding.Load(); n != saturationHolders {
+		b.Fatalf("%d of %d held registrations went in on a saturated node", saturationHolders-n, saturationHolders)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
