@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpfleet/mcpfleet/internal/freeport"
 )
 
 // EtcdLease is the TTL of a node's etcd lease (the pinned protoactor-go etcd provider's constant).
@@ -121,15 +123,11 @@ func newEtcd(dir, logDir, host string) (*etcdProc, error) {
 	if err != nil {
 		return nil, errors.New("etcd not found (apt-get install etcd-server): the cluster schedule needs a real etcd")
 	}
-	cp, err := freePort()
+	p, err := freeport.Ports(2)
 	if err != nil {
 		return nil, err
 	}
-	pp, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	return &etcdProc{bin: bin, dir: dir, client: fmt.Sprintf("http://%s:%d", host, cp), peer: fmt.Sprintf("http://127.0.0.1:%d", pp),
+	return &etcdProc{bin: bin, dir: dir, client: fmt.Sprintf("http://%s:%d", host, p[0]), peer: fmt.Sprintf("http://127.0.0.1:%d", p[1]),
 		log: filepath.Join(logDir, "etcd.log")}, nil
 }
 
@@ -296,14 +294,11 @@ func (r *runner) startCluster(ctx context.Context, wd *workDir, env []string) er
 // addNode starts one more node slot and puts it in rotation once it is ready.
 func (r *runner) addNode(ctx context.Context) error {
 	i := len(r.lb.all())
-	hp, err := freePort()
+	p, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
-	cp, err := freePort()
-	if err != nil {
-		return err
-	}
+	hp, cp := p[0], p[1]
 	host, dbURL := r.host(), r.db.appURL
 	var ns *netns
 	if r.ns != nil {

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcpfleet/mcpfleet/internal/freeport"
 )
 
 // Config configures a run. Zero values take the defaults of the schedule.
@@ -283,10 +285,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	} else {
-		port, err := freePort()
+		p, err := freeport.Ports(1)
 		if err != nil {
 			return nil, err
 		}
+		port := p[0]
 		r.svc = &service{binary: r.cfg.Binary, addr: "127.0.0.1:" + strconv.Itoa(port), logDir: r.cfg.Artifacts}
 		r.svc.env = append(env, "MCPFLEET_HTTP_ADDR="+r.svc.addr)
 		r.rec.inc = r.svc.current

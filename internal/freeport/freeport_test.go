@@ -14,9 +14,12 @@ func TestDistinctPortsAreDistinctAndFree(t *testing.T) {
 		open++
 		return &fakeListener{port: 40000 + open, open: &open}, nil
 	}
-	ports := distinct(t, 3, listen)
-	if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
-		t.Errorf("ports %v: want three distinct", ports)
+	got, err := ports(3, listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] == got[1] || got[1] == got[2] || got[0] == got[2] {
+		t.Errorf("ports %v: want three distinct", got)
 	}
 	if open != 0 {
 		t.Errorf("%d listeners left open", open)
