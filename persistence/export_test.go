@@ -15,16 +15,12 @@ func SetLoadPage(n int) (restore func()) {
 	return func() { loadPage = old }
 }
 
-// LoadRangeEdges returns, for every edge between two of LoadServers' ranges, the last id of the lower
-// range and the first of the upper one, and the first and last id of the whole space.
-func LoadRangeEdges() []uuid.UUID {
-	edges := []uuid.UUID{{15: 1}, loadBound(loadRanges)}
-	for r := 1; r < loadRanges; r++ {
-		last := loadBound(r)
-		first := uuid.UUID{0: last[0] + 1}
-		edges = append(edges, last, first)
-	}
-	return edges
+// SetLoadBetween makes LoadServers call fn after its first part has taken the load's snapshot and
+// before the other parts begin, until the returned func restores it.
+func SetLoadBetween(fn func()) (restore func()) {
+	old := loadBetween
+	loadBetween = fn
+	return func() { loadBetween = old }
 }
 
 // RegisterSetReads applies cmds as one registerSet, unfenced, in a transaction of tenant on db, reads what

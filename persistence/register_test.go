@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpfleet/mcpfleet/health"
 	"github.com/mcpfleet/mcpfleet/persistence"
@@ -279,56 +280,158 @@ func TestRegisterSetIsIdempotent(t *testing.T) {
 	}
 }
 
-// LoadServers reads the whole tenant in parallel ranges handed over in pages — every server exactly
-// once, also the ones on the ranges' edges and when a range's last page is full — and only that
-// tenant's, without the capability advertisement.
+// loadFleet registers n servers of d.tenant named m0, m1, … (and, between every two, one of other,
+// when other is not nil, so that the tenants' rows share blocks) and returns their ids. It fails the
+// test unless the table then spans at least 8 blocks, twice the parts a load reads at once, so that
+// every part has rows to read.
+func (d *dash) loadFleet(n int, other uuid.UUID) []uuid.UUID {
+	d.t.Helper()
+	var ids []uuid.UUID
+	var cmds []persistence.Command
+	for i := range n {
+		id := uuid.New()
+		ids = append(ids, id)
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: d.tenant,
+			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, Capabilities: []byte(`{"tools":{}}`), At: t0})
+		if other != uuid.Nil && i%2 == 1 {
+			cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: other,
+				ModuleName: fmt.Sprintf("x%d", i), Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
+		}
+	}
+	for i, err := range d.store.Commit(context.Background(), cmds) {
+		if err != nil {
+			d.t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	if blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`); blocks < 8 {
+		d.t.Fatalf("mcp_servers spans %d blocks, want at least 8", blocks)
+	}
+	return ids
+}
+
+// loaded loads d.tenant with LoadServers and returns how many times each server was handed over.
+func (d *dash) loaded(ctx context.Context, check func(persistence.Server)) map[uuid.UUID]int {
+	d.t.Helper()
+	seen := map[uuid.UUID]int{}
+	err := d.store.LoadServers(ctx, d.tenant, func(s persistence.Server) error {
+		seen[s.ServerID]++
+		check(s)
+		return nil
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return seen
+}
+
+// onceEach fails the test unless seen holds each of ids exactly once and nothing else.
+func onceEach(t *testing.T, what string, seen map[uuid.UUID]int, ids []uuid.UUID) {
+	t.Helper()
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Errorf("%s: server %s loaded %d times, want once", what, id, seen[id])
+		}
+	}
+	if len(seen) != len(ids) {
+		t.Errorf("%s: loaded %d servers, want %d", what, len(seen), len(ids))
+	}
+}
+
+// LoadServers reads the whole tenant in parallel parts of the table handed over in pages — every
+// server exactly once, also when a part's last page is full — and only that tenant's, without the
+// capability advertisement.
 func TestLoadServersInPages(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	other := d.newTenant("other")
-	ids := persistence.LoadRangeEdges() // the first and last id of every range
-	for range 9 {
-		ids = append(ids, uuid.New())
-	}
-	var cmds []persistence.Command
-	for i, id := range ids {
-		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: d.tenant,
-			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, Capabilities: []byte(`{"tools":{}}`), At: t0})
-	}
-	cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: other,
-		ModuleName: "x", Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
-	for i, err := range d.store.Commit(ctx, cmds) {
-		if err != nil {
-			t.Fatalf("command %d: %v", i, err)
-		}
-	}
-	want := slices.Clone(ids)
-	slices.SortFunc(want, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-	for _, page := range []int{1, 2, 3, 4, 9, 10} {
+	ids := d.loadFleet(300, other)
+	for _, page := range []int{1, 2, 3, 4, 9, 10, 1000} {
 		restore := persistence.SetLoadPage(page)
-		var got []uuid.UUID
-		err := d.store.LoadServers(ctx, d.tenant, func(s persistence.Server) error {
+		seen := d.loaded(ctx, func(s persistence.Server) {
 			if s.TenantID != d.tenant || s.CapabilityAdvertisement != nil || s.ModuleName == "" || len(s.SupportedProtocols) != 1 {
 				t.Errorf("page %d: loaded %+v", page, s)
 			}
-			got = append(got, s.ServerID)
-			return nil
 		})
 		restore()
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.SortFunc(got, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("pages of %d: loaded %v, want %v", page, got, want)
-		}
+		onceEach(t, fmt.Sprintf("pages of %d", page), seen, ids)
 	}
 	// What the load is sized by: each tenant's own servers, none for a tenant without any.
-	for tenant, want := range map[uuid.UUID]int{d.tenant: len(ids), other: 1, d.newTenant("empty"): 0} {
+	for tenant, want := range map[uuid.UUID]int{d.tenant: len(ids), other: len(ids) / 2, d.newTenant("empty"): 0} {
 		if got, err := d.store.ServerTotal(ctx, tenant); err != nil || got != want {
 			t.Errorf("ServerTotal = %d, %v; want %d", got, err, want)
 		}
 	}
+}
+
+// Every part of a load reads the first part's snapshot: servers whose rows an update moves to another
+// part of the table after the first part began, and before the others did, are each read once, as they
+// were when the load began. (Parts on snapshots of their own read a moved server twice — the old row in
+// the first part, the new one in the last — and the others renamed.)
+func TestLoadServersReadsOneSnapshot(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	ids := d.loadFleet(300, uuid.Nil)
+	blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`)
+	defer persistence.SetLoadBetween(func() {
+		// The new rows are 400 bytes longer: a block's free space (the table's fill factor leaves half
+		// of each for heap-only updates) takes few of them, the others go past the table's end.
+		// (An error, not a fatal one: the load holds its first connection until the hook returns.)
+		err := pgx.BeginFunc(ctx, d.owner, func(tx pgx.Tx) error { // the runtime role may not rename
+			if err := persistence.SetTenant(ctx, tx, d.tenant); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE mcp_servers SET module_name = module_name || '-renamed-' || repeat('x', 400)`)
+			return err
+		})
+		if err != nil {
+			t.Errorf("rename: %v", err)
+		}
+	})()
+	seen := d.loaded(ctx, func(s persistence.Server) {
+		if strings.Contains(s.ModuleName, "-renamed-") {
+			t.Errorf("loaded %s as renamed after the load began", s.ServerID)
+		}
+	})
+	onceEach(t, "during the update", seen, ids)
+	// The update did move rows from part to part: a third of them at least past the blocks the table
+	// had, into its last part.
+	if moved := d.count(`SELECT count(*)::int FROM mcp_servers WHERE (ctid::text::point)[0] >= $1`, blocks); moved < len(ids)/3 {
+		t.Fatalf("%d of %d renamed rows lie past the table's first %d blocks, want a third at least", moved, len(ids), blocks)
+	}
+	restore := persistence.SetLoadBetween(nil)
+	defer restore()
+	seen = d.loaded(ctx, func(s persistence.Server) {
+		if !strings.Contains(s.ModuleName, "-renamed-") {
+			t.Errorf("loaded %s as not renamed after the update", s.ServerID)
+		}
+	})
+	onceEach(t, "after the update", seen, ids)
+}
+
+// A table of fewer blocks than the parts a load reads at once — none, one — is read by as many parts as
+// it has blocks (one at least), each server once.
+func TestLoadServersOfATableOfOneBlock(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	onceEach(t, "an empty table", d.loaded(ctx, func(persistence.Server) {}), nil)
+	var ids []uuid.UUID
+	for i := range 3 {
+		ids = append(ids, d.server(d.tenant, fmt.Sprintf("m%d", i), health.Healthy, i))
+	}
+	if blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`); blocks != 1 {
+		t.Fatalf("mcp_servers spans %d blocks, want 1", blocks)
+	}
+	onceEach(t, "a table of one block", d.loaded(ctx, func(persistence.Server) {}), ids)
+}
+
+// A pool smaller than the parts a load reads at once loads with as many parts as it has connections:
+// every part holds its connection until the load ends, so waiting for one more would wait for ever.
+func TestLoadServersOnOneConnection(t *testing.T) {
+	d := newDashWith(t, persistence.Options{MaxConns: 1})
+	ids := d.loadFleet(300, uuid.Nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	onceEach(t, "one connection", d.loaded(ctx, func(persistence.Server) {}), ids)
 }
 
 // When fn fails, LoadServers stops calling it and returns its error (after the ranges still being read

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpfleet/mcpfleet/health"
 )
@@ -140,51 +143,59 @@ func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
 // loadPage is how many servers LoadServers hands its caller at a time (a variable for the tests only).
 var loadPage = 1000
 
-// loadRanges is how many disjoint server_id ranges LoadServers cuts the id space into, each read by one
-// statement without an order: a range is a bitmap index scan of its share of the table, streamed. (Keyset
-// pages — ORDER BY server_id LIMIT n — made PostgreSQL sort the rest of a range for every page, on disk
-// once it passed work_mem: 170–470 ms a page of 10,000 on the benchmark's table of 100,000 servers,
-// against 50 ms for a quarter of the table unordered; serve's load of those 100,000 went from 1.51 to
-// 1.38 s.) Server ids are random, and rows lie in the heap in the order their servers registered, so a
-// range's rows are spread over nearly every block of the table: each range reads about min(its rows,
-// the table's blocks) blocks, and fewer ranges read fewer. One range per reader (loadParts): serve to
-// ready with 250,000 servers 2.97–3.75 s against 4.08–4.38 s with 64 ranges (five restarts each,
-// alternated, on a slow hour of the benchmark machine; each of 64 ranges' ~3,900 rows lay in ~3,600 of
-// the table's 22,800 blocks).
-const loadRanges = loadParts
-
-// loadParts is how many ranges LoadServers reads at once, each on a connection of its own: PostgreSQL's
-// backends find and send the rows while this process decodes them, which keeps both of a small
-// machine's cores busy (one range at a time left each waiting on the other; it was half of a cold start
-// at 250,000 servers).
+// loadParts is how many parts of the table LoadServers reads at once, each on a connection of its own
+// (fewer when the pool or the table is smaller): PostgreSQL's backends find and send the rows while
+// this process decodes them, which keeps both of a small machine's cores busy (one part at a time left
+// each waiting on the other; it was half of a cold start at 250,000 servers).
+//
+// A part is a range of the table's blocks, read by a TID range scan: every block is read once, by one
+// part. Ranges of server_id read the table four times over: ids are random and rows lie in the heap
+// in the order their servers registered, so each id range's rows were spread over nearly every block
+// (a bitmap heap scan of a quarter of the benchmark's 100,000 servers visited 8,743 of its 9,116
+// blocks: 187 ms, against 40 ms for the same number of rows by a TID range scan, both from shared
+// buffers, on a slow hour of the benchmark machine).
 const loadParts = 4
 
-// LoadServers returns every server of tenantID (all statuses), for rebuilding the fleet at start,
-// without its capability advertisement (CapabilityAdvertisement is nil: the fleet keeps none in memory,
-// and decoding it was a tenth of a cold start). fn is called once per row, in no particular order, and
-// never concurrently: always on the caller's goroutine. The server_id space is cut into loadRanges
-// ranges, loadParts of them read at the same time, each by one statement in a transaction of its own
-// whose rows are handed over in pages of at most loadPage as they arrive: a large fleet is streamed in
-// a few round trips with a bounded amount of it in memory; a transaction lasts as long as its range
-// takes to read (with one range per reader, about the whole load: ~3 s at 250,000 servers on the
-// benchmark's machine, holding back vacuum's horizon no longer than that). When fn or a read fails, the reads still in flight are cancelled and waited for before
-// LoadServers returns the first error.
+// loadBetween, when set (by tests only), runs after the first part's transaction has taken the
+// snapshot every part reads and before the other parts' transactions begin.
+var loadBetween func()
+
+// LoadServers returns every server of tenantID (all statuses), for rebuilding the fleet at start or
+// taking shards over, without its capability advertisement (CapabilityAdvertisement is nil: the fleet
+// keeps none in memory, and decoding it was a tenth of a cold start). fn is called once per row, in no
+// particular order, and never concurrently: always on the caller's goroutine.
+//
+// The table is cut into loadParts ranges of blocks, read at the same time, each by one statement in a
+// read-only transaction of its own whose rows are handed over in pages of at most loadPage as they
+// arrive: a large fleet is streamed in a few round trips with a bounded amount of it in memory. Every
+// part reads the same snapshot — the first part's, exported (pg_export_snapshot) and imported by the
+// others (SET TRANSACTION SNAPSHOT) — so each server is read exactly once even while other sessions
+// update the table: an update that moves a row to another block would otherwise be read twice, or not
+// at all, by parts whose snapshots fall on either side of it (other nodes write while a node takes a
+// shard over). A transaction lasts as long as its part takes to read (about the whole load: ~1–3 s at
+// 250,000 servers on the benchmark's machine, holding back vacuum's horizon no longer than that).
+// When fn or a read fails, the reads still in flight are cancelled and waited for before LoadServers
+// returns the first error.
 func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
+	if tenantID == uuid.Nil {
+		return ErrNoTenant
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pages := make(chan []Server, loadParts)
-	errs := make(chan error, loadParts)
-	var next atomic.Int32 // the next range to read
-	for range loadParts {
-		go func() {
-			for r := int(next.Add(1)) - 1; r < loadRanges; r = int(next.Add(1)) - 1 {
-				if err := s.loadRange(ctx, tenantID, loadBound(r), loadBound(r+1), pages); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
+	parts, blocks, err := s.beginLoad(ctx, tenantID)
+	defer func() {
+		for _, p := range parts {
+			p.end(context.WithoutCancel(ctx))
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("load servers: %w", err)
+	}
+	pages := make(chan []Server, len(parts))
+	errs := make(chan error, len(parts))
+	for i, p := range parts {
+		first, last := loadBlocks(i, len(parts), blocks)
+		go func() { errs <- p.read(ctx, first, last, pages) }()
 	}
 	var first error
 	take := func(page []Server) { // fn for each server of page, until one fails
@@ -198,7 +209,7 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 			}
 		}
 	}
-	for done := 0; done < loadParts; {
+	for done := 0; done < len(parts); {
 		select {
 		case page := <-pages:
 			take(page)
@@ -220,60 +231,131 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 	}
 }
 
-// loadBound is the exclusive lower bound of LoadServers' range r (0 ≤ r < loadRanges) and the inclusive
-// upper bound of range r-1: the UUID whose first byte is r·256/loadRanges − 1 and whose other bytes are
-// all 0xff (range 0 starts after the nil UUID, which no server has); loadBound(loadRanges) is the
-// largest UUID.
-func loadBound(r int) uuid.UUID {
-	if r == 0 {
-		return uuid.Nil
-	}
-	var b uuid.UUID
-	for i := range b {
-		b[i] = 0xff
-	}
-	b[0] = byte(r*256/loadRanges - 1)
-	return b
+// loadPart is one part of a load: a read-only transaction on a connection of its own, scoped to the
+// tenant, on the load's snapshot.
+type loadPart struct {
+	conn *pgxpool.Conn
+	tx   pgx.Tx
 }
 
-// loadRange reads the servers with after < server_id ≤ last in one statement and sends them on pages,
-// at most loadPage a page, as they arrive (or stops when ctx ends).
-func (s *Store) loadRange(ctx context.Context, tenantID, after, last uuid.UUID, pages chan<- []Server) error {
-	return s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+loadColumns+` FROM mcp_servers WHERE server_id > $1 AND server_id <= $2`, after, last)
+// beginLoad begins the load's parts (at most loadParts, the pool's size and the table's blocks) and
+// returns them with the table's size in blocks. The first part takes the snapshot and exports it; the
+// others import it before their first statement. It returns the parts begun so far also with an error:
+// the caller ends them.
+func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart, uint32, error) {
+	first, err := s.beginPart(ctx, tenantID, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	parts := []*loadPart{first}
+	var snapshot string
+	var blocks int64
+	if err := first.tx.QueryRow(ctx, `SELECT pg_export_snapshot(),
+		pg_relation_size('mcp_servers') / current_setting('block_size')::bigint`).Scan(&snapshot, &blocks); err != nil {
+		return parts, 0, fmt.Errorf("export snapshot: %w", err)
+	}
+	if !loadSnapshotID.MatchString(snapshot) {
+		return parts, 0, fmt.Errorf("export snapshot: unexpected id %q", snapshot)
+	}
+	if loadBetween != nil {
+		loadBetween()
+	}
+	n := min(int64(loadParts), int64(s.pool.Config().MaxConns), max(blocks, 1))
+	for int64(len(parts)) < n {
+		p, err := s.beginPart(ctx, tenantID, snapshot)
+		if err != nil {
+			return parts, 0, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, uint32(min(blocks, math.MaxUint32)), nil
+}
+
+// loadSnapshotID is the form of the ids pg_export_snapshot returns (such as 00000003-0000001B-1),
+// checked before one is written into SET TRANSACTION SNAPSHOT, which takes no parameters.
+var loadSnapshotID = regexp.MustCompile(`^[0-9A-F]+(-[0-9A-F]+)+$`)
+
+// beginPart acquires a connection and begins a read-only repeatable-read transaction on it, on
+// snapshot (an exported snapshot's id; "": its own, taken by its first statement), scoped to tenantID.
+func (s *Store) beginPart(ctx context.Context, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	p := &loadPart{conn: conn, tx: tx}
+	if snapshot != "" {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+			p.end(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("import snapshot: %w", err)
+		}
+	}
+	if err := SetTenant(ctx, tx, tenantID); err != nil {
+		p.end(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return p, nil
+}
+
+// end ends the part's transaction (it wrote nothing: a rollback) and gives its connection back.
+func (p *loadPart) end(ctx context.Context) {
+	_ = p.tx.Rollback(ctx) // read only; a failed connection is closed by the pool on release
+	p.conn.Release()
+}
+
+// loadBlocks is part i of n of a table of blocks blocks: the first tuple of its first block and the
+// last possible tuple of its last. The parts are disjoint and cover every block; the last one is open
+// ended, so rows in blocks added after the size was read are not lost.
+func loadBlocks(i, n int, blocks uint32) (first, last pgtype.TID) {
+	from := uint32(uint64(blocks) * uint64(i) / uint64(n))
+	first = pgtype.TID{BlockNumber: from, OffsetNumber: 0, Valid: true}
+	last = pgtype.TID{BlockNumber: math.MaxUint32, OffsetNumber: math.MaxUint16, Valid: true}
+	if i < n-1 {
+		last.BlockNumber = uint32(uint64(blocks)*uint64(i+1)/uint64(n)) - 1
+	}
+	return first, last
+}
+
+// read reads the servers whose rows lie from first to last (tuple ids) in one statement and sends
+// them on pages, at most loadPage a page, as they arrive (or stops when ctx ends).
+func (p *loadPart) read(ctx context.Context, first, last pgtype.TID, pages chan<- []Server) error {
+	rows, err := p.tx.Query(ctx, `SELECT `+loadColumns+` FROM mcp_servers WHERE ctid >= $1 AND ctid <= $2`, first, last)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	send := func(page []Server) error {
+		select {
+		case pages <- page:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	page := make([]Server, 0, loadPage)
+	for rows.Next() {
+		srv, err := scanServer(rows)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		send := func(page []Server) error {
-			select {
-			case pages <- page:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		page := make([]Server, 0, loadPage)
-		for rows.Next() {
-			srv, err := scanServer(rows)
-			if err != nil {
+		if page = append(page, srv); len(page) == loadPage {
+			if err := send(page); err != nil {
 				return err
 			}
-			if page = append(page, srv); len(page) == loadPage {
-				if err := send(page); err != nil {
-					return err
-				}
-				page = make([]Server, 0, loadPage)
-			}
+			page = make([]Server, 0, loadPage)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(page) > 0 {
-			return send(page)
-		}
-		return nil
-	})
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(page) > 0 {
+		return send(page)
+	}
+	return nil
 }
 
 // loadColumns are serverColumns with NULL for the capability advertisement.
