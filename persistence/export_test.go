@@ -117,3 +117,12 @@ func BatchInsertServer(ctx context.Context, db *pgxpool.Pool, tenant uuid.UUID, 
 		},
 	}})
 }
+
+// HoldConn takes a connection of s's pool until the returned func gives it back.
+func (s *Store) HoldConn(ctx context.Context) (release func(), err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn.Release, nil
+}

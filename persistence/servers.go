@@ -144,7 +144,7 @@ func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
 var loadPage = 1000
 
 // loadParts is how many parts of the table LoadServers reads at once, each on a connection of its own
-// (fewer when the pool or the table is smaller): PostgreSQL's backends find and send the rows while
+// (fewer when the table has fewer blocks or the pool no connection to spare, see beginLoad): PostgreSQL's backends find and send the rows while
 // this process decodes them, which keeps both of a small machine's cores busy (one part at a time left
 // each waiting on the other; it was half of a cold start at 250,000 servers).
 //
@@ -238,12 +238,17 @@ type loadPart struct {
 	tx   pgx.Tx
 }
 
-// beginLoad begins the load's parts (at most loadParts, the pool's size and the table's blocks) and
+// beginLoad begins the load's parts (at most loadParts, and no more than the table has blocks) and
 // returns them with the table's size in blocks. The first part takes the snapshot and exports it; the
-// others import it before their first statement. It returns the parts begun so far also with an error:
-// the caller ends them.
+// others import it before their first statement. Past the first, a part whose connection the pool does
+// not give within loadPartWait is not begun: the load goes on in the parts begun. It returns the parts
+// begun so far also with an error: the caller ends them.
 func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart, uint32, error) {
-	first, err := s.beginPart(ctx, tenantID, "")
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("acquire: %w", err)
+	}
+	first, err := beginPart(ctx, conn, tenantID, "")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -260,9 +265,20 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 	if loadBetween != nil {
 		loadBetween()
 	}
-	n := min(int64(loadParts), int64(s.pool.Config().MaxConns), max(blocks, 1))
+	n := min(int64(loadParts), max(blocks, 1))
 	for int64(len(parts)) < n {
-		p, err := s.beginPart(ctx, tenantID, snapshot)
+		// Every part holds its connection until the load ends, so it waits for one more only briefly:
+		// a connection the pool does not free by then may be held by work that waits for this load.
+		wait, cancel := context.WithTimeout(ctx, loadPartWait)
+		conn, err := s.pool.Acquire(wait)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return parts, 0, ctx.Err()
+			}
+			break // read in the parts begun
+		}
+		p, err := beginPart(ctx, conn, tenantID, snapshot)
 		if err != nil {
 			return parts, 0, err
 		}
@@ -271,17 +287,16 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 	return parts, uint32(min(blocks, math.MaxUint32)), nil
 }
 
+// loadPartWait is how long a load waits for a connection for each part after the first.
+var loadPartWait = 100 * time.Millisecond
+
 // loadSnapshotID is the form of the ids pg_export_snapshot returns (such as 00000003-0000001B-1),
 // checked before one is written into SET TRANSACTION SNAPSHOT, which takes no parameters.
 var loadSnapshotID = regexp.MustCompile(`^[0-9A-F]+(-[0-9A-F]+)+$`)
 
-// beginPart acquires a connection and begins a read-only repeatable-read transaction on it, on
-// snapshot (an exported snapshot's id; "": its own, taken by its first statement), scoped to tenantID.
-func (s *Store) beginPart(ctx context.Context, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("acquire: %w", err)
-	}
+// beginPart begins a read-only repeatable-read transaction on conn, on snapshot (an exported snapshot's
+// id; "": its own, taken by its first statement), scoped to tenantID. On an error it releases conn.
+func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		conn.Release()
