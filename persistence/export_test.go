@@ -126,3 +126,18 @@ func (s *Store) HoldConn(ctx context.Context) (release func(), err error) {
 	}
 	return conn.Release, nil
 }
+
+// SetLoadSmall makes LoadServers read a tenant of fewer than n servers in one part, until the returned
+// func restores the size.
+func SetLoadSmall(n int) (restore func()) {
+	old := loadSmall
+	loadSmall = n
+	return func() { loadSmall = old }
+}
+
+// SetLoadBegun makes LoadServers tell fn how many parts it reads in, until the returned func restores it.
+func SetLoadBegun(fn func(parts int)) (restore func()) {
+	old := loadBegun
+	loadBegun = fn
+	return func() { loadBegun = old }
+}

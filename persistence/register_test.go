@@ -309,9 +309,12 @@ func (d *dash) loadFleet(n int, other uuid.UUID) []uuid.UUID {
 	return ids
 }
 
-// loaded loads d.tenant with LoadServers and returns how many times each server was handed over.
-func (d *dash) loaded(ctx context.Context, check func(persistence.Server)) map[uuid.UUID]int {
+// loaded loads d.tenant with LoadServers and returns how many times each server was handed over,
+// failing the test unless the load read in parts parts.
+func (d *dash) loaded(ctx context.Context, parts int, check func(persistence.Server)) map[uuid.UUID]int {
 	d.t.Helper()
+	got := 0
+	defer persistence.SetLoadBegun(func(n int) { got = n })()
 	seen := map[uuid.UUID]int{}
 	err := d.store.LoadServers(ctx, d.tenant, func(s persistence.Server) error {
 		seen[s.ServerID]++
@@ -320,6 +323,9 @@ func (d *dash) loaded(ctx context.Context, check func(persistence.Server)) map[u
 	})
 	if err != nil {
 		d.t.Fatal(err)
+	}
+	if got != parts {
+		d.t.Errorf("the load read in %d parts, want %d", got, parts)
 	}
 	return seen
 }
@@ -337,17 +343,21 @@ func onceEach(t *testing.T, what string, seen map[uuid.UUID]int, ids []uuid.UUID
 	}
 }
 
+func anyServer(persistence.Server) {}
+
 // LoadServers reads the whole tenant in parallel parts of the table handed over in pages — every
 // server exactly once, also when a part's last page is full — and only that tenant's, without the
-// capability advertisement.
+// capability advertisement; a tenant smaller than loadSmall in one part.
 func TestLoadServersInPages(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	other := d.newTenant("other")
 	ids := d.loadFleet(300, other)
+	onceEach(t, "a small tenant", d.loaded(ctx, 1, anyServer), ids)
+	defer persistence.SetLoadSmall(0)()
 	for _, page := range []int{1, 2, 3, 4, 9, 10, 1000} {
 		restore := persistence.SetLoadPage(page)
-		seen := d.loaded(ctx, func(s persistence.Server) {
+		seen := d.loaded(ctx, 4, func(s persistence.Server) {
 			if s.TenantID != d.tenant || s.CapabilityAdvertisement != nil || s.ModuleName == "" || len(s.SupportedProtocols) != 1 {
 				t.Errorf("page %d: loaded %+v", page, s)
 			}
@@ -371,6 +381,7 @@ func TestLoadServersReadsOneSnapshot(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
 	ids := d.loadFleet(300, uuid.Nil)
+	defer persistence.SetLoadSmall(0)()
 	blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`)
 	defer persistence.SetLoadBetween(func() {
 		// The new rows are 400 bytes longer: a block's free space (the table's fill factor leaves half
@@ -387,7 +398,7 @@ func TestLoadServersReadsOneSnapshot(t *testing.T) {
 			t.Errorf("rename: %v", err)
 		}
 	})()
-	seen := d.loaded(ctx, func(s persistence.Server) {
+	seen := d.loaded(ctx, 4, func(s persistence.Server) {
 		if strings.Contains(s.ModuleName, "-renamed-") {
 			t.Errorf("loaded %s as renamed after the load began", s.ServerID)
 		}
@@ -400,7 +411,7 @@ func TestLoadServersReadsOneSnapshot(t *testing.T) {
 	}
 	restore := persistence.SetLoadBetween(nil)
 	defer restore()
-	seen = d.loaded(ctx, func(s persistence.Server) {
+	seen = d.loaded(ctx, 4, func(s persistence.Server) {
 		if !strings.Contains(s.ModuleName, "-renamed-") {
 			t.Errorf("loaded %s as not renamed after the update", s.ServerID)
 		}
@@ -409,11 +420,12 @@ func TestLoadServersReadsOneSnapshot(t *testing.T) {
 }
 
 // A part past the first waits for its connection only briefly, then the load goes on in the parts it
-// has: every part holds its connection until the load ends, so a load waiting for one that another
+// has: every part holds its connection until its read ends, so a load waiting for one that another
 // holder keeps until the load ends would wait for ever (here: a pool of two, one held).
 func TestLoadServersOnTheConnectionsItGets(t *testing.T) {
 	d := newDashWith(t, persistence.Options{MaxConns: 2})
 	ids := d.loadFleet(300, uuid.Nil)
+	defer persistence.SetLoadSmall(0)()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	release, err := d.store.HoldConn(ctx) // until the load has ended
@@ -421,7 +433,46 @@ func TestLoadServersOnTheConnectionsItGets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
-	onceEach(t, "one connection of two free", d.loaded(ctx, func(persistence.Server) {}), ids)
+	onceEach(t, "one connection of two free", d.loaded(ctx, 1, anyServer), ids)
+}
+
+// A schema change that queues for the table behind the first part's lock (which the first part takes
+// before its snapshot, so that no rewrite commits between the two) does not stall the load: the other
+// parts, which would queue behind the change while the first part waits for them, are not begun, and
+// the change goes in once the load has ended.
+func TestLoadServersBesideASchemaChange(t *testing.T) {
+	d := newDash(t)
+	ids := d.loadFleet(300, uuid.Nil)
+	defer persistence.SetLoadSmall(0)()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	changed := make(chan error, 1)
+	defer persistence.SetLoadBetween(func() {
+		go func() {
+			changed <- pgx.BeginFunc(ctx, d.owner, func(tx pgx.Tx) error { // the lock an ALTER TABLE takes
+				_, err := tx.Exec(ctx, `LOCK TABLE mcp_servers IN ACCESS EXCLUSIVE MODE`)
+				return err
+			})
+		}()
+		// Until the change waits for the table: the first part holds it.
+		for {
+			if d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'mcp_servers'::regclass
+				AND mode = 'AccessExclusiveLock' AND NOT granted`) == 1 {
+				return
+			}
+			select {
+			case err := <-changed:
+				t.Errorf("the schema change went in while the load's first part had begun (%v)", err)
+				changed <- err
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})()
+	onceEach(t, "beside a schema change", d.loaded(ctx, 1, anyServer), ids)
+	if err := <-changed; err != nil {
+		t.Fatalf("the schema change after the load: %v", err)
+	}
 }
 
 // A table of fewer blocks than the parts a load reads at once — none, one — is read by as many parts as
@@ -429,7 +480,8 @@ func TestLoadServersOnTheConnectionsItGets(t *testing.T) {
 func TestLoadServersOfATableOfOneBlock(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
-	onceEach(t, "an empty table", d.loaded(ctx, func(persistence.Server) {}), nil)
+	defer persistence.SetLoadSmall(0)()
+	onceEach(t, "an empty table", d.loaded(ctx, 1, anyServer), nil)
 	var ids []uuid.UUID
 	for i := range 3 {
 		ids = append(ids, d.server(d.tenant, fmt.Sprintf("m%d", i), health.Healthy, i))
@@ -437,7 +489,7 @@ func TestLoadServersOfATableOfOneBlock(t *testing.T) {
 	if blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`); blocks != 1 {
 		t.Fatalf("mcp_servers spans %d blocks, want 1", blocks)
 	}
-	onceEach(t, "a table of one block", d.loaded(ctx, func(persistence.Server) {}), ids)
+	onceEach(t, "a table of one block", d.loaded(ctx, 1, anyServer), ids)
 }
 
 // When fn fails, LoadServers stops calling it and returns its error (after the ranges still being read

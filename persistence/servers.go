@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -144,9 +146,10 @@ func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
 var loadPage = 1000
 
 // loadParts is how many parts of the table LoadServers reads at once, each on a connection of its own
-// (fewer when the table has fewer blocks or the pool no connection to spare, see beginLoad): PostgreSQL's backends find and send the rows while
-// this process decodes them, which keeps both of a small machine's cores busy (one part at a time left
-// each waiting on the other; it was half of a cold start at 250,000 servers).
+// (fewer for a small tenant or table, or when the pool has no connection to spare, see beginLoad):
+// PostgreSQL's backends find and send the rows while this process decodes them, which keeps both of a
+// small machine's cores busy (one part at a time left each waiting on the other; it was half of a cold
+// start at 250,000 servers).
 //
 // A part is a range of the table's blocks, read by a TID range scan: every block is read once, by one
 // part. Ranges of server_id read the table four times over: ids are random and rows lie in the heap
@@ -156,9 +159,21 @@ var loadPage = 1000
 // buffers, on a slow hour of the benchmark machine).
 const loadParts = 4
 
-// loadBetween, when set (by tests only), runs after the first part's transaction has taken the
-// snapshot every part reads and before the other parts' transactions begin.
-var loadBetween func()
+// loadSmall is the tenant size below which a load reads in one part: a small tenant's rows are found
+// through its index, and every part would read all of them, filtering by block; such a load is short
+// anyway. (A judgement, not a measurement; a variable for the tests only.)
+var loadSmall = 10000
+
+// loadPartWait is how long a load waits, in all, for the connections of its parts after the first (a
+// variable for the tests only).
+var loadPartWait = time.Second
+
+// Test hooks, nil but in tests: loadBetween runs after the first part has taken the load's snapshot and
+// before the other parts begin; loadBegun is told how many parts a load begun reads in.
+var (
+	loadBetween func()
+	loadBegun   func(parts int)
+)
 
 // LoadServers returns every server of tenantID (all statuses), for rebuilding the fleet at start or
 // taking shards over, without its capability advertisement (CapabilityAdvertisement is nil: the fleet
@@ -172,10 +187,13 @@ var loadBetween func()
 // others (SET TRANSACTION SNAPSHOT) — so each server is read exactly once even while other sessions
 // update the table: an update that moves a row to another block would otherwise be read twice, or not
 // at all, by parts whose snapshots fall on either side of it (other nodes write while a node takes a
-// shard over). A transaction lasts as long as its part takes to read (about the whole load: ~1–3 s at
-// 250,000 servers on the benchmark's machine, holding back vacuum's horizon no longer than that).
-// When fn or a read fails, the reads still in flight are cancelled and waited for before LoadServers
-// returns the first error.
+// shard over). The first part locks the table (ACCESS SHARE, as any read does) before it takes the
+// snapshot, so no rewrite of the table commits between the snapshot and the reads (a rewrite's rows
+// carry its own transaction's id: a snapshot older than it reads the table as empty); the others lock it without waiting, and one that cannot — a schema
+// change queued behind the first part's lock — is not read: waiting would wait for ever, for the
+// change waits for the first part, which waits for the load. A part ends (its transaction, its lock, its
+// connection) as soon as its read has. When fn or a read fails, the reads still in flight are cancelled
+// and waited for before LoadServers returns the first error.
 func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
 	if tenantID == uuid.Nil {
 		return ErrNoTenant
@@ -183,19 +201,24 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	parts, blocks, err := s.beginLoad(ctx, tenantID)
-	defer func() {
+	if err != nil {
 		for _, p := range parts {
 			p.end(context.WithoutCancel(ctx))
 		}
-	}()
-	if err != nil {
 		return fmt.Errorf("load servers: %w", err)
+	}
+	if loadBegun != nil {
+		loadBegun(len(parts))
 	}
 	pages := make(chan []Server, len(parts))
 	errs := make(chan error, len(parts))
 	for i, p := range parts {
 		first, last := loadBlocks(i, len(parts), blocks)
-		go func() { errs <- p.read(ctx, first, last, pages) }()
+		go func() {
+			err := p.read(ctx, first, last, pages)
+			p.end(context.WithoutCancel(ctx))
+			errs <- err
+		}()
 	}
 	var first error
 	take := func(page []Server) { // fn for each server of page, until one fails
@@ -232,17 +255,18 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 }
 
 // loadPart is one part of a load: a read-only transaction on a connection of its own, scoped to the
-// tenant, on the load's snapshot.
+// tenant, on the load's snapshot, holding the table locked.
 type loadPart struct {
 	conn *pgxpool.Conn
 	tx   pgx.Tx
 }
 
-// beginLoad begins the load's parts (at most loadParts, and no more than the table has blocks) and
-// returns them with the table's size in blocks. The first part takes the snapshot and exports it; the
-// others import it before their first statement. Past the first, a part whose connection the pool does
-// not give within loadPartWait is not begun: the load goes on in the parts begun. It returns the parts
-// begun so far also with an error: the caller ends them.
+// beginLoad begins the load's parts and returns them with the table's size in blocks. The first part
+// locks the table, takes the snapshot and exports it; the others import it before their first statement.
+// It begins one part for a tenant of fewer than loadSmall servers and never more than the table has
+// blocks; past the first, a part is not begun when the pool does not give its connection within what
+// is left of loadPartWait or the table cannot be locked at once: the load goes on in the parts begun.
+// It returns the parts begun so far also with an error: the caller ends them.
 func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart, uint32, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -254,9 +278,10 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 	}
 	parts := []*loadPart{first}
 	var snapshot string
-	var blocks int64
+	var blocks, servers int64
 	if err := first.tx.QueryRow(ctx, `SELECT pg_export_snapshot(),
-		pg_relation_size('mcp_servers') / current_setting('block_size')::bigint`).Scan(&snapshot, &blocks); err != nil {
+		pg_relation_size('mcp_servers') / current_setting('block_size')::bigint,
+		coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`, tenantID).Scan(&snapshot, &blocks, &servers); err != nil {
 		return parts, 0, fmt.Errorf("export snapshot: %w", err)
 	}
 	if !loadSnapshotID.MatchString(snapshot) {
@@ -266,12 +291,15 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 		loadBetween()
 	}
 	n := min(int64(loadParts), max(blocks, 1))
+	if servers < int64(loadSmall) {
+		n = 1
+	}
+	// Every part holds its connection until its read ends, so the others are waited for only briefly: a
+	// connection the pool does not free by then may be held by work that waits for this load.
+	wait, cancel := context.WithTimeout(ctx, loadPartWait)
+	defer cancel()
 	for int64(len(parts)) < n {
-		// Every part holds its connection until the load ends, so it waits for one more only briefly:
-		// a connection the pool does not free by then may be held by work that waits for this load.
-		wait, cancel := context.WithTimeout(ctx, loadPartWait)
 		conn, err := s.pool.Acquire(wait)
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return parts, 0, ctx.Err()
@@ -279,6 +307,9 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 			break // read in the parts begun
 		}
 		p, err := beginPart(ctx, conn, tenantID, snapshot)
+		if errors.Is(err, errLoadLocked) {
+			break
+		}
 		if err != nil {
 			return parts, 0, err
 		}
@@ -287,15 +318,17 @@ func (s *Store) beginLoad(ctx context.Context, tenantID uuid.UUID) ([]*loadPart,
 	return parts, uint32(min(blocks, math.MaxUint32)), nil
 }
 
-// loadPartWait is how long a load waits for a connection for each part after the first.
-var loadPartWait = 100 * time.Millisecond
-
 // loadSnapshotID is the form of the ids pg_export_snapshot returns (such as 00000003-0000001B-1),
 // checked before one is written into SET TRANSACTION SNAPSHOT, which takes no parameters.
 var loadSnapshotID = regexp.MustCompile(`^[0-9A-F]+(-[0-9A-F]+)+$`)
 
-// beginPart begins a read-only repeatable-read transaction on conn, on snapshot (an exported snapshot's
-// id; "": its own, taken by its first statement), scoped to tenantID. On an error it releases conn.
+// errLoadLocked is beginPart's answer when a part past the first cannot lock the table at once.
+var errLoadLocked = errors.New("mcp_servers is locked")
+
+// beginPart begins a read-only repeatable-read transaction on conn and locks mcp_servers in it (ACCESS
+// SHARE) before its snapshot is taken: the first part's own (snapshot ""), waiting for the lock; an
+// exported one's (snapshot its id), not waiting (errLoadLocked). It scopes the transaction to tenantID.
+// On an error it ends the transaction and releases conn.
 func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -303,11 +336,21 @@ func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snap
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	p := &loadPart{conn: conn, tx: tx}
+	lock := "LOCK TABLE mcp_servers IN ACCESS SHARE MODE"
 	if snapshot != "" {
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
 			p.end(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("import snapshot: %w", err)
 		}
+		lock += " NOWAIT"
+	}
+	if _, err := tx.Exec(ctx, lock); err != nil {
+		p.end(context.WithoutCancel(ctx))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return nil, errLoadLocked
+		}
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if err := SetTenant(ctx, tx, tenantID); err != nil {
 		p.end(context.WithoutCancel(ctx))
