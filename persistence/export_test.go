@@ -141,3 +141,6 @@ func SetLoadBegun(fn func(parts int)) (restore func()) {
 	loadBegun = fn
 	return func() { loadBegun = old }
 }
+
+// AcquiredConns is how many of s's pool's connections are taken.
+func (s *Store) AcquiredConns() int32 { return s.pool.Stat().AcquiredConns() }

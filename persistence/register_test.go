@@ -457,6 +457,7 @@ func TestLoadServersBesideASchemaChange(t *testing.T) {
 		// Until the change waits for the table: the first part holds it.
 		for {
 			if d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'mcp_servers'::regclass
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				AND mode = 'AccessExclusiveLock' AND NOT granted`) == 1 {
 				return
 			}
@@ -492,15 +493,17 @@ func TestLoadServersOfATableOfOneBlock(t *testing.T) {
 	onceEach(t, "a table of one block", d.loaded(ctx, 1, anyServer), ids)
 }
 
-// When fn fails, LoadServers stops calling it and returns its error (after the ranges still being read
-// are cancelled); a cancelled context fails the load.
+// When fn fails, LoadServers stops calling it and returns its error after the parts still being read are
+// cancelled and every part has ended (its connection back in the pool); a cancelled context fails the
+// load.
 func TestLoadServersStopsOnError(t *testing.T) {
 	d := newDash(t)
 	ctx := context.Background()
-	for i := range 40 {
-		d.server(d.tenant, fmt.Sprintf("m%d", i), health.Healthy, i)
-	}
+	d.loadFleet(300, uuid.Nil)
+	defer persistence.SetLoadSmall(0)()
 	defer persistence.SetLoadPage(2)()
+	parts := 0
+	defer persistence.SetLoadBegun(func(n int) { parts = n })()
 	stop := errors.New("enough")
 	calls := 0
 	err := d.store.LoadServers(ctx, d.tenant, func(persistence.Server) error {
@@ -510,8 +513,15 @@ func TestLoadServersStopsOnError(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, stop) || calls != 3 {
-		t.Errorf("LoadServers = %v after %d calls, want %v after 3", err, calls, stop)
+	if !errors.Is(err, stop) || calls != 3 || parts != 4 {
+		t.Errorf("LoadServers in %d parts = %v after %d calls, want %v after 3 in 4 parts", parts, err, calls, stop)
+	}
+	// A connection whose read was cancelled goes back by being closed, which the pool finishes on a
+	// goroutine of its own: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); d.store.AcquiredConns() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still taken 10 s after the load", d.store.AcquiredConns())
+		}
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()

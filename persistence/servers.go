@@ -146,7 +146,8 @@ func (s *Store) TenantIDs(ctx context.Context) ([]uuid.UUID, error) {
 var loadPage = 1000
 
 // loadParts is how many parts of the table LoadServers reads at once, each on a connection of its own
-// (fewer for a small tenant or table, or when the pool has no connection to spare, see beginLoad):
+// (fewer for a small tenant or table, when the pool has no connection to spare or the table cannot be
+// locked at once, see beginLoad):
 // PostgreSQL's backends find and send the rows while this process decodes them, which keeps both of a
 // small machine's cores busy (one part at a time left each waiting on the other; it was half of a cold
 // start at 250,000 servers).
@@ -189,11 +190,12 @@ var (
 // at all, by parts whose snapshots fall on either side of it (other nodes write while a node takes a
 // shard over). The first part locks the table (ACCESS SHARE, as any read does) before it takes the
 // snapshot, so no rewrite of the table commits between the snapshot and the reads (a rewrite's rows
-// carry its own transaction's id: a snapshot older than it reads the table as empty); the others lock it without waiting, and one that cannot — a schema
-// change queued behind the first part's lock — is not read: waiting would wait for ever, for the
-// change waits for the first part, which waits for the load. A part ends (its transaction, its lock, its
-// connection) as soon as its read has. When fn or a read fails, the reads still in flight are cancelled
-// and waited for before LoadServers returns the first error.
+// carry its own transaction's id: a snapshot older than it reads the table as empty); the others lock
+// it without waiting, and when one cannot — a schema change queued behind the first part's lock — it is
+// not begun, nor any after it, and the parts begun read the whole table: waiting would wait for ever,
+// for the change waits for the first part, which waits for the load. A part ends (its transaction, its
+// lock, its connection) as soon as its read has. When fn or a read fails, the reads still in flight are
+// cancelled and waited for before LoadServers returns the first error.
 func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Server) error) error {
 	if tenantID == uuid.Nil {
 		return ErrNoTenant
@@ -326,8 +328,9 @@ var loadSnapshotID = regexp.MustCompile(`^[0-9A-F]+(-[0-9A-F]+)+$`)
 var errLoadLocked = errors.New("mcp_servers is locked")
 
 // beginPart begins a read-only repeatable-read transaction on conn and locks mcp_servers in it (ACCESS
-// SHARE) before its snapshot is taken: the first part's own (snapshot ""), waiting for the lock; an
-// exported one's (snapshot its id), not waiting (errLoadLocked). It scopes the transaction to tenantID.
+// SHARE): the first part (snapshot "") waiting for the lock, before its own snapshot is taken; the
+// others (snapshot an exported snapshot's id) import the snapshot, then lock without waiting
+// (errLoadLocked). It scopes the transaction to tenantID.
 // On an error it ends the transaction and releases conn.
 func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
