@@ -330,8 +330,8 @@ var errLoadLocked = errors.New("mcp_servers is locked")
 // beginPart begins a read-only repeatable-read transaction on conn and locks mcp_servers in it (ACCESS
 // SHARE): the first part (snapshot "") waiting for the lock, before its own snapshot is taken; the
 // others (snapshot an exported snapshot's id) import the snapshot, then lock without waiting
-// (errLoadLocked). It scopes the transaction to tenantID.
-// On an error it ends the transaction and releases conn.
+// (errLoadLocked). It scopes the transaction to tenantID. On an error it ends the transaction and
+// releases conn.
 func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
