@@ -43,3 +43,24 @@ type fakeListener struct {
 
 func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: l.port} }
 func (l *fakeListener) Close() error   { *l.open--; return nil }
+
+// A port held on another address of this host is not handed out: 127.0.0.2 stands for the chaos suite's
+// network namespace pair's host end. (Probing on 127.0.0.1 alone handed such ports out.)
+func TestPortsHeldOnAnotherAddressAreNotFree(t *testing.T) {
+	held := map[int]bool{}
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("cannot listen on 127.0.0.2: %v", err)
+		}
+		defer ln.Close()
+		held[ln.Addr().(*net.TCPAddr).Port] = true
+	}
+	for range 20 {
+		for _, p := range Distinct(t, 10) {
+			if held[p] {
+				t.Fatalf("port %d handed out while held on 127.0.0.2", p)
+			}
+		}
+	}
+}
