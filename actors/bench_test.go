@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,16 +125,9 @@ func BenchmarkMonitorTick(b *testing.B) {
 	h, _, _ := loadedFleet(b, 100000)
 	defer h.stop()
 	h.monitor() // every actor has started and sent its deadline
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	start := cpu()
+	start := processCPU(b)
 	for b.Loop() {
 		h.monitor()
 	}
-	b.ReportMetric(float64(cpu()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/pass")
+	b.ReportMetric(float64(processCPU(b)-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/pass")
 }
