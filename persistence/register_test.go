@@ -303,10 +303,16 @@ func (d *dash) loadFleet(n int, other uuid.UUID) []uuid.UUID {
 			d.t.Fatalf("command %d: %v", i, err)
 		}
 	}
-	if blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`); blocks < 8 {
+	if blocks := d.blocks(); blocks < 8 {
 		d.t.Fatalf("mcp_servers spans %d blocks, want at least 8", blocks)
 	}
 	return ids
+}
+
+// blocks is how many blocks mcp_servers spans.
+func (d *dash) blocks() int {
+	d.t.Helper()
+	return d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`)
 }
 
 // loaded loads d.tenant with LoadServers and returns how many times each server was handed over,
@@ -382,7 +388,7 @@ func TestLoadServersReadsOneSnapshot(t *testing.T) {
 	ctx := context.Background()
 	ids := d.loadFleet(300, uuid.Nil)
 	defer persistence.SetLoadSmall(0)()
-	blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`)
+	blocks := d.blocks()
 	defer persistence.SetLoadBetween(func() {
 		// The new rows are 400 bytes longer: a block's free space (the table's fill factor leaves half
 		// of each for heap-only updates) takes few of them, the others go past the table's end.
@@ -487,7 +493,7 @@ func TestLoadServersOfATableOfOneBlock(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, d.server(d.tenant, fmt.Sprintf("m%d", i), health.Healthy, i))
 	}
-	if blocks := d.count(`SELECT (pg_relation_size('mcp_servers') / current_setting('block_size')::bigint)::int`); blocks != 1 {
+	if blocks := d.blocks(); blocks != 1 {
 		t.Fatalf("mcp_servers spans %d blocks, want 1", blocks)
 	}
 	onceEach(t, "a table of one block", d.loaded(ctx, 1, anyServer), ids)

@@ -332,23 +332,26 @@ var errLoadLocked = errors.New("mcp_servers is locked")
 // others (snapshot an exported snapshot's id) import the snapshot, then lock without waiting
 // (errLoadLocked). It scopes the transaction to tenantID. On an error it ends the transaction and
 // releases conn.
-func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (*loadPart, error) {
+func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snapshot string) (_ *loadPart, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	p := &loadPart{conn: conn, tx: tx}
+	defer func() {
+		if err != nil {
+			p.end(context.WithoutCancel(ctx))
+		}
+	}()
 	lock := "LOCK TABLE mcp_servers IN ACCESS SHARE MODE"
 	if snapshot != "" {
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
-			p.end(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("import snapshot: %w", err)
 		}
 		lock += " NOWAIT"
 	}
 	if _, err := tx.Exec(ctx, lock); err != nil {
-		p.end(context.WithoutCancel(ctx))
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
 			return nil, errLoadLocked
@@ -356,7 +359,6 @@ func beginPart(ctx context.Context, conn *pgxpool.Conn, tenantID uuid.UUID, snap
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if err := SetTenant(ctx, tx, tenantID); err != nil {
-		p.end(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return p, nil
