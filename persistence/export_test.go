@@ -144,3 +144,12 @@ func SetLoadBegun(fn func(parts int)) (restore func()) {
 
 // AcquiredConns is how many of s's pool's connections are taken.
 func (s *Store) AcquiredConns() int32 { return s.pool.Stat().AcquiredConns() }
+
+// SetLoadGroup makes LoadFleet, ServerTotals and ReconcileTenants take at most tenants tenants in a group
+// (and LoadFleet close a group at servers servers) until the returned func restores the bounds.
+// fn, when not nil, is told how many tenants each group LoadFleet reads holds.
+func SetLoadGroup(tenants, servers int, fn func(tenants int)) (restore func()) {
+	oldT, oldS, oldFn := loadGroupTenants, loadGroupServers, loadGrouped
+	loadGroupTenants, loadGroupServers, loadGrouped = tenants, servers, fn
+	return func() { loadGroupTenants, loadGroupServers, loadGrouped = oldT, oldS, oldFn }
+}

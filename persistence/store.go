@@ -242,7 +242,8 @@ const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config
 		true) = 'off' AND set_config('mcpfleet.fence', $2::int || ':' || $3::bigint, true) <> '',
 		set_config('plan_cache_mode', $4, true)`
 
-// inTenantBatch opens every multi-tenant transaction of this package: it sends all steps in one
+// inTenantBatch opens every multi-tenant transaction of this package that writes (readTenants opens those
+// that only read, in one round trip): it sends all steps in one
 // transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
 // reads the results back in order and commits. A step without a tenant fails the whole transaction
 // closed with ErrNoTenant before it is opened.

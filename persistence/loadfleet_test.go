@@ -1,0 +1,161 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpfleet/mcpfleet/persistence"
+)
+
+// fleetOf registers n servers for tenant and returns their ids.
+func (d *dash) fleetOf(tenant uuid.UUID, n int) []uuid.UUID {
+	d.t.Helper()
+	var ids []uuid.UUID
+	var cmds []persistence.Command
+	for i := range n {
+		id := uuid.New()
+		ids = append(ids, id)
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: tenant,
+			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
+	}
+	for i, err := range d.store.Commit(context.Background(), cmds) {
+		if err != nil {
+			d.t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	return ids
+}
+
+// LoadFleet reads every server of each tenant asked for exactly once, under its own tenant, and nothing of
+// a tenant not asked for: a large tenant in parts (LoadServers), the small ones in groups — bounded by
+// tenants and by servers — each tenant's statement scoped to it. ServerTotals counts each tenant's servers,
+// in the order asked, across groups.
+func TestLoadFleetReadsEveryTenantInGroups(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	sizes := []int{12, 3, 1, 0, 5, 2}
+	tenants := []uuid.UUID{d.tenant}
+	for i := 1; i < len(sizes); i++ {
+		tenants = append(tenants, d.newTenant(fmt.Sprintf("t%d", i)))
+	}
+	owner := map[uuid.UUID]uuid.UUID{}
+	for i, tenant := range tenants {
+		for _, id := range d.fleetOf(tenant, sizes[i]) {
+			owner[id] = tenant
+		}
+	}
+	d.fleetOf(d.newTenant("not asked"), 4)
+	defer persistence.SetLoadSmall(10)() // the first tenant is read in parts
+	// The small tenants, in order, have 3, 1, 0, 5 and 2 servers.
+	for _, bound := range []struct {
+		tenants, servers int
+		groups           []int
+	}{
+		{500, 50000, []int{5}}, {2, 50000, []int{2, 2, 1}}, {1, 50000, []int{1, 1, 1, 1, 1}},
+		{500, 4, []int{2, 2, 1}}, {3, 1, []int{1, 1, 2, 1}},
+	} {
+		var groups []int
+		restore := persistence.SetLoadGroup(bound.tenants, bound.servers, func(n int) { groups = append(groups, n) })
+		what := fmt.Sprintf("groups of %d tenants, %d servers", bound.tenants, bound.servers)
+		totals, err := d.store.ServerTotals(ctx, tenants)
+		if err != nil || !slices.Equal(totals, sizes) {
+			t.Errorf("%s: ServerTotals = %v, %v; want %v", what, totals, err, sizes)
+		}
+		seen := map[uuid.UUID]int{}
+		err = d.store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+			seen[s.ServerID]++
+			if want, ok := owner[s.ServerID]; !ok || s.TenantID != want || s.CapabilityAdvertisement != nil || s.ModuleName == "" {
+				t.Errorf("%s: loaded %+v (tenant %s)", what, s, want)
+			}
+			return nil
+		})
+		restore()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !slices.Equal(groups, bound.groups) {
+			t.Errorf("%s: read in groups of %v tenants, want %v", what, groups, bound.groups)
+		}
+		onceEach(t, what, seen, slices.Collect(func(yield func(uuid.UUID) bool) {
+			for id := range owner {
+				if !yield(id) {
+					return
+				}
+			}
+		}))
+	}
+	if err := d.store.LoadFleet(ctx, []uuid.UUID{d.tenant, uuid.Nil}, func(persistence.Server) error { return nil }); !errors.Is(err, persistence.ErrNoTenant) {
+		t.Errorf("LoadFleet with a nil tenant = %v, want ErrNoTenant", err)
+	}
+}
+
+// A load whose fn fails stops with that error, in a group as in parts, and every connection it took goes
+// back to the pool.
+func TestLoadFleetStopsOnError(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	small := d.newTenant("small")
+	d.fleetOf(d.tenant, 12)
+	d.fleetOf(small, 6)
+	defer persistence.SetLoadSmall(10)()
+	stop := errors.New("enough")
+	for _, tenants := range [][]uuid.UUID{{small}, {d.tenant}} { // in a group; in parts
+		calls := 0
+		err := d.store.LoadFleet(ctx, tenants, func(persistence.Server) error {
+			if calls++; calls == 3 {
+				return stop
+			}
+			return nil
+		})
+		if !errors.Is(err, stop) || calls != 3 {
+			t.Errorf("LoadFleet = %v after %d calls, want %v after 3", err, calls, stop)
+		}
+	}
+	// See TestLoadServersStopsOnError: a cancelled part's connection is closed on the pool's goroutine.
+	for deadline := time.Now().Add(20 * time.Second); d.store.AcquiredConns() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still taken 20 s after the load", d.store.AcquiredConns())
+		}
+	}
+}
+
+// ReconcileTenants repairs the skill cascade of every tenant asked for, in groups, and no other tenant's.
+func TestReconcileTenantsInGroups(t *testing.T) {
+	d := newDash(t)
+	ctx := context.Background()
+	var broken []uuid.UUID // tenants with one skill available on an unhealthy server
+	for i := range 5 {
+		tenant := d.newTenant(fmt.Sprintf("r%d", i))
+		id := d.fleetOf(tenant, 1)[0]
+		d.exec(tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available, created_at, updated_at)
+			VALUES (gen_random_uuid(), $1, $2, 'ping', '{"type":"object"}', false, true, $3, $3)`, tenant, id, t0)
+		if _, err := d.owner.Exec(ctx, `UPDATE mcp_servers SET status = 'unhealthy' WHERE server_id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		broken = append(broken, tenant)
+	}
+	available := func(tenant uuid.UUID) int {
+		return d.count(`SELECT count(*)::int FROM skill_registry WHERE tenant_id = $1 AND available`, tenant)
+	}
+	for _, tenant := range broken {
+		if available(tenant) != 1 {
+			t.Fatalf("tenant %s: the cascade is not broken before the repair", tenant)
+		}
+	}
+	defer persistence.SetLoadGroup(2, 50000, nil)()
+	n, err := d.store.ReconcileTenants(ctx, broken[:3]) // in two groups
+	if err != nil || n != 3 {
+		t.Fatalf("ReconcileTenants = %d, %v; want 3 skills repaired", n, err)
+	}
+	for i, want := range []int{0, 0, 0, 1, 1} { // the last two tenants were not asked for
+		if got := available(broken[i]); got != want {
+			t.Errorf("tenant %d: %d skills available after the repair, want %d", i, got, want)
+		}
+	}
+}
