@@ -147,7 +147,7 @@ func (s *fakeStore) TenantIDs(context.Context) ([]uuid.UUID, error) {
 	return out, nil
 }
 
-func (s *fakeStore) ReconcileSkills(context.Context, uuid.UUID) (int64, error) {
+func (s *fakeStore) ReconcileTenants(context.Context, []uuid.UUID) (int64, error) {
 	return 0, s.reconcileErr
 }
 
@@ -163,33 +163,37 @@ func (s *fakeStore) MarkAlertFailed(context.Context, persistence.Alert, int, tim
 	return true, nil
 }
 
-func (s *fakeStore) LoadServers(_ context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error {
-	s.mu.Lock()
-	var list []persistence.Server
-	for _, sv := range s.servers {
-		if sv.TenantID == tenantID {
-			list = append(list, sv)
+func (s *fakeStore) LoadFleet(_ context.Context, tenants []uuid.UUID, fn func(persistence.Server) error) error {
+	for _, t := range tenants {
+		s.mu.Lock()
+		var list []persistence.Server
+		for _, sv := range s.servers {
+			if sv.TenantID == t {
+				list = append(list, sv)
+			}
 		}
-	}
-	s.mu.Unlock()
-	for _, sv := range list {
-		if err := fn(sv); err != nil {
-			return err
+		s.mu.Unlock()
+		for _, sv := range list {
+			if err := fn(sv); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (s *fakeStore) ServerTotal(_ context.Context, tenantID uuid.UUID) (int, error) {
+func (s *fakeStore) ServerTotals(_ context.Context, tenants []uuid.UUID) ([]int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, sv := range s.servers {
-		if sv.TenantID == tenantID {
-			n++
+	totals := make([]int, len(tenants))
+	for i, t := range tenants {
+		for _, sv := range s.servers {
+			if sv.TenantID == t {
+				totals[i]++
+			}
 		}
 	}
-	return n, nil
+	return totals, nil
 }
 
 var _ Store = (*fakeStore)(nil)

@@ -173,16 +173,14 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 		return 0, fmt.Errorf("load shards: %w", err)
 	}
 	var all []*serverRecord
-	for _, t := range tenants {
-		err := f.store.LoadServers(ctx, t, func(s persistence.Server) error {
-			if shards.has(shard.Of(s.ServerID)) {
-				all = append(all, newLoadedRecord(s))
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, fmt.Errorf("load shards: %w", err)
+	err = f.store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+		if shards.has(shard.Of(s.ServerID)) {
+			all = append(all, newLoadedRecord(s))
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load shards: %w", err)
 	}
 	for _, r := range all {
 		f.metrics.ServerStatus("", r.statusOf())

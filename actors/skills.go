@@ -24,7 +24,7 @@ type skillsActor struct {
 
 type reconcileStore interface {
 	TenantIDs(ctx context.Context) ([]uuid.UUID, error)
-	ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64, error)
+	ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int64, error)
 }
 
 type reconcileTick struct{}
@@ -68,13 +68,5 @@ func ReconcileSkills(ctx context.Context, store reconcileStore) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	for _, t := range tenants {
-		n, err := store.ReconcileSkills(ctx, t)
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
+	return store.ReconcileTenants(ctx, tenants)
 }

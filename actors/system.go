@@ -84,8 +84,8 @@ type Store interface {
 	reconcileStore
 	alertStore
 	silenceStore
-	LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(persistence.Server) error) error
-	ServerTotal(ctx context.Context, tenantID uuid.UUID) (int, error)
+	LoadFleet(ctx context.Context, tenants []uuid.UUID, fn func(persistence.Server) error) error
+	ServerTotals(ctx context.Context, tenants []uuid.UUID) ([]int, error)
 }
 
 var _ Store = (*persistence.Store)(nil)
@@ -372,31 +372,29 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	}
 	// The fleet sizes its maps once for the whole load (loadMsg.expect) instead of growing them: growing
 	// to 250,000 servers was a fifth of the service's CPU in a cold start.
-	expect := map[uuid.UUID]int{}
-	for _, t := range tenants {
-		total, err := store.ServerTotal(ctx, t)
-		if err != nil {
-			return fmt.Errorf("load fleet: %w", err)
-		}
-		expect[t] = total
+	totals, err := store.ServerTotals(ctx, tenants)
+	if err != nil {
+		return fmt.Errorf("load fleet: %w", err)
+	}
+	expect := make(map[uuid.UUID]int, len(tenants))
+	for i, t := range tenants {
+		expect[t] = totals[i]
 	}
 	n := 0
 	chunk := make([]*serverRecord, 0, loadChunk)
-	for _, t := range tenants {
-		err := store.LoadServers(ctx, t, func(s persistence.Server) error {
-			r := newLoadedRecord(s)
-			f.metrics.ServerStatus("", r.statusOf())
-			if chunk = append(chunk, r); len(chunk) == loadChunk {
-				f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
-				expect = nil // the first message sizes the maps
-				chunk = make([]*serverRecord, 0, loadChunk)
-			}
-			n++
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("load fleet: %w", err)
+	err = store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+		r := newLoadedRecord(s)
+		f.metrics.ServerStatus("", r.statusOf())
+		if chunk = append(chunk, r); len(chunk) == loadChunk {
+			f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
+			expect = nil // the first message sizes the maps
+			chunk = make([]*serverRecord, 0, loadChunk)
 		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load fleet: %w", err)
 	}
 	if len(chunk) > 0 {
 		f.system.Root.Send(f.fleet, &loadMsg{records: chunk, expect: expect})
