@@ -13,23 +13,13 @@ import (
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
 
-// fleetOf registers n servers for tenant and returns their ids.
+// fleetOf registers n servers of tenant named m0, m1, … and returns their ids.
 func (d *dash) fleetOf(tenant uuid.UUID, n int) []uuid.UUID {
 	d.t.Helper()
-	var ids []uuid.UUID
-	var cmds []persistence.Command
-	for i := range n {
-		id := uuid.New()
-		ids = append(ids, id)
-		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: tenant,
-			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, At: t0})
+	if n == 0 {
+		return nil
 	}
-	for i, err := range d.store.Commit(context.Background(), cmds) {
-		if err != nil {
-			d.t.Fatalf("command %d: %v", i, err)
-		}
-	}
-	return ids
+	return d.loadFleetOf(tenant, n, uuid.Nil)
 }
 
 // LoadFleet reads every server of each tenant asked for exactly once, under its own tenant, and nothing of

@@ -286,12 +286,22 @@ func TestRegisterSetIsIdempotent(t *testing.T) {
 // every part has rows to read.
 func (d *dash) loadFleet(n int, other uuid.UUID) []uuid.UUID {
 	d.t.Helper()
+	ids := d.loadFleetOf(d.tenant, n, other)
+	if blocks := d.blocks(); blocks < 8 {
+		d.t.Fatalf("mcp_servers spans %d blocks, want at least 8", blocks)
+	}
+	return ids
+}
+
+// loadFleetOf is loadFleet for tenant, without its check of the table's size.
+func (d *dash) loadFleetOf(tenant uuid.UUID, n int, other uuid.UUID) []uuid.UUID {
+	d.t.Helper()
 	var ids []uuid.UUID
 	var cmds []persistence.Command
 	for i := range n {
 		id := uuid.New()
 		ids = append(ids, id)
-		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: d.tenant,
+		cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: id, TenantID: tenant,
 			ModuleName: fmt.Sprintf("m%d", i), Version: "1", Protocols: []string{"2025-11-25"}, Capabilities: []byte(`{"tools":{}}`), At: t0})
 		if other != uuid.Nil && i%2 == 1 {
 			cmds = append(cmds, &persistence.RegisterCmd{EventID: uuid.New(), ServerID: uuid.New(), TenantID: other,
@@ -302,9 +312,6 @@ func (d *dash) loadFleet(n int, other uuid.UUID) []uuid.UUID {
 		if err != nil {
 			d.t.Fatalf("command %d: %v", i, err)
 		}
-	}
-	if blocks := d.blocks(); blocks < 8 {
-		d.t.Fatalf("mcp_servers spans %d blocks, want at least 8", blocks)
 	}
 	return ids
 }
