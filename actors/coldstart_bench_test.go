@@ -23,7 +23,7 @@ import (
 // tenants (default 1; the servers dealt round-robin, so every tenant's rows lie across the whole table),
 // from the call to a ready fleet — every server's actor spawned, the skill cascade repaired. It reports
 // the time to ready per start, the CPU time this process spent in it (a figure a loaded machine changes
-// less), and the times LoadFleet alone takes to read the fleet and ReconcileSkills alone to check the skill
+// less), and the times ServerTotals and LoadFleet alone take to read the fleet and ReconcileSkills alone to check the skill
 // cascade (before each start, not timed in it). A measurement, not a test: run with
 // -run '^$' -bench ColdStart -benchtime 3x (bench/REPORT.md records it).
 func BenchmarkColdStart(b *testing.B) {
@@ -81,7 +81,11 @@ func BenchmarkColdStart(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
 		rows := 0
-		if err := store.LoadFleet(ctx, tenants, func(persistence.Server) error { rows++; return nil }); err != nil || rows != n {
+		totals, err := store.ServerTotals(ctx, tenants)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := store.LoadFleet(ctx, tenants, totals, func(persistence.Server) error { rows++; return nil }); err != nil || rows != n {
 			b.Fatalf("load fleet: %d rows, want %d, %v", rows, n, err)
 		}
 		read += time.Since(start)

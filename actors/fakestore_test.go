@@ -163,7 +163,7 @@ func (s *fakeStore) MarkAlertFailed(context.Context, persistence.Alert, int, tim
 	return true, nil
 }
 
-func (s *fakeStore) LoadFleet(_ context.Context, tenants []uuid.UUID, fn func(persistence.Server) error) error {
+func (s *fakeStore) LoadFleet(_ context.Context, tenants []uuid.UUID, _ []int, fn func(persistence.Server) error) error {
 	for _, t := range tenants {
 		s.mu.Lock()
 		var list []persistence.Server

@@ -172,8 +172,12 @@ func (f *Fleet) loadShards(ctx context.Context, shards shardSet) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load shards: %w", err)
 	}
+	totals, err := f.store.ServerTotals(ctx, tenants)
+	if err != nil {
+		return 0, fmt.Errorf("load shards: %w", err)
+	}
 	var all []*serverRecord
-	err = f.store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+	err = f.store.LoadFleet(ctx, tenants, totals, func(s persistence.Server) error {
 		if shards.has(shard.Of(s.ServerID)) {
 			all = append(all, newLoadedRecord(s))
 		}

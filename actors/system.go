@@ -84,7 +84,7 @@ type Store interface {
 	reconcileStore
 	alertStore
 	silenceStore
-	LoadFleet(ctx context.Context, tenants []uuid.UUID, fn func(persistence.Server) error) error
+	LoadFleet(ctx context.Context, tenants []uuid.UUID, totals []int, fn func(persistence.Server) error) error
 	ServerTotals(ctx context.Context, tenants []uuid.UUID) ([]int, error)
 }
 
@@ -357,7 +357,7 @@ func (f *Fleet) abort() {
 	}
 }
 
-// load rebuilds the fleet from PostgreSQL, tenant by tenant (none when sharded: SetOwned loads the
+// load rebuilds the fleet from PostgreSQL, every tenant's servers (none when sharded: SetOwned loads the
 // shards the node is given). The fleet actor takes the servers in, in chunks, while the rest are still
 // read; once all are read, that moment is readiness, and armLoaded restores every server's life from
 // it and arms its deadline.
@@ -382,7 +382,7 @@ func (f *Fleet) load(ctx context.Context, store Store, sharded bool) error {
 	}
 	n := 0
 	chunk := make([]*serverRecord, 0, loadChunk)
-	err = store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+	err = store.LoadFleet(ctx, tenants, totals, func(s persistence.Server) error {
 		r := newLoadedRecord(s)
 		f.metrics.ServerStatus("", r.statusOf())
 		if chunk = append(chunk, r); len(chunk) == loadChunk {

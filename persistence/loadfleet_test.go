@@ -58,7 +58,7 @@ func TestLoadFleetReadsEveryTenantInGroups(t *testing.T) {
 			t.Errorf("%s: ServerTotals = %v, %v; want %v", what, totals, err, sizes)
 		}
 		seen := map[uuid.UUID]int{}
-		err = d.store.LoadFleet(ctx, tenants, func(s persistence.Server) error {
+		err = d.store.LoadFleet(ctx, tenants, totals, func(s persistence.Server) error {
 			seen[s.ServerID]++
 			if want, ok := owner[s.ServerID]; !ok || s.TenantID != want || s.CapabilityAdvertisement != nil || s.ModuleName == "" {
 				t.Errorf("%s: loaded %+v (tenant %s)", what, s, want)
@@ -80,9 +80,60 @@ func TestLoadFleetReadsEveryTenantInGroups(t *testing.T) {
 			}
 		}))
 	}
-	if err := d.store.LoadFleet(ctx, []uuid.UUID{d.tenant, uuid.Nil}, func(persistence.Server) error { return nil }); !errors.Is(err, persistence.ErrNoTenant) {
+	if err := d.store.LoadFleet(ctx, []uuid.UUID{d.tenant, uuid.Nil}, []int{12, 0}, func(persistence.Server) error { return nil }); !errors.Is(err, persistence.ErrNoTenant) {
 		t.Errorf("LoadFleet with a nil tenant = %v, want ErrNoTenant", err)
 	}
+	if err := d.store.LoadFleet(ctx, tenants, sizes[1:], func(persistence.Server) error { return nil }); err == nil {
+		t.Error("LoadFleet with a total missing: no error")
+	}
+}
+
+// A group's read locks the table before its snapshot, as a large tenant's first part does: a rewrite of
+// the table (an ALTER TABLE that fills a new column) holding it when the load begins commits before the
+// group's snapshot is taken, and the group reads every server (on a snapshot older than the rewrite, it
+// would read the rewritten table as empty). The store's one connection has the group's statements
+// prepared already, so that preparing them does not wait for the table in its stead.
+func TestLoadFleetBesideARewrite(t *testing.T) {
+	d := newDashWith(t, persistence.Options{MaxConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := d.fleetOf(d.tenant, 5)
+	if err := d.store.LoadFleet(ctx, []uuid.UUID{d.tenant}, []int{len(ids)}, func(persistence.Server) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := d.owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `ALTER TABLE mcp_servers ADD COLUMN rewritten float8 DEFAULT random()`); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uuid.UUID]int{}
+	loaded := make(chan error, 1)
+	go func() {
+		loaded <- d.store.LoadFleet(ctx, []uuid.UUID{d.tenant}, []int{len(ids)}, func(s persistence.Server) error {
+			seen[s.ServerID]++
+			return nil
+		})
+	}()
+	// Until the load waits for the table.
+	for d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'mcp_servers'::regclass
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND mode = 'AccessShareLock' AND NOT granted`) == 0 {
+		select {
+		case err := <-loaded:
+			t.Fatalf("the load ended while the rewrite held the table: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-loaded; err != nil {
+		t.Fatal(err)
+	}
+	onceEach(t, "beside a rewrite", seen, ids)
 }
 
 // A load whose fn fails stops with that error, in a group as in parts, and every connection it took goes
@@ -97,7 +148,11 @@ func TestLoadFleetStopsOnError(t *testing.T) {
 	stop := errors.New("enough")
 	for _, tenants := range [][]uuid.UUID{{small}, {d.tenant}} { // in a group; in parts
 		calls := 0
-		err := d.store.LoadFleet(ctx, tenants, func(persistence.Server) error {
+		totals, err := d.store.ServerTotals(ctx, tenants)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.store.LoadFleet(ctx, tenants, totals, func(persistence.Server) error {
 			if calls++; calls == 3 {
 				return stop
 			}

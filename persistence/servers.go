@@ -111,7 +111,7 @@ func (s *Store) ServerTotals(ctx context.Context, tenants []uuid.UUID) ([]int, e
 	totals := make([]int, 0, len(tenants))
 	for from := 0; from < len(tenants); from += loadGroupTenants {
 		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
-		err := s.readTenants(ctx, group, false, `SELECT coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`,
+		err := s.readTenants(ctx, group, readGeneric, `SELECT coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`,
 			func(_ uuid.UUID, rows pgx.Rows) error {
 				n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 				totals = append(totals, int(n))
@@ -287,17 +287,17 @@ func (s *Store) LoadServers(ctx context.Context, tenantID uuid.UUID, fn func(Ser
 }
 
 // LoadFleet calls fn for every server of each of tenants, without its capability advertisement, as
-// LoadServers does for one tenant: never concurrently, always on the caller's goroutine, and each tenant's
-// servers read on one snapshot. A tenant of loadSmall servers or more (ServerTotals) is read by
-// LoadServers, in parts; the others are read in groups (loadGroupTenants, loadGroupServers), each group in
+// LoadServers does for one tenant: never concurrently, always on the caller's goroutine, each tenant's
+// servers read on one snapshot, and in no particular order (a large tenant's before those of the small
+// tenants listed before it). totals[i] is ServerTotals' count of tenants[i], which picks how the tenant is
+// read: a tenant of loadSmall servers or more by LoadServers, in parts; the others in groups (loadGroupTenants, loadGroupServers), each group in
 // one read-only transaction and one round trip: the table locked (ACCESS SHARE) before the group's
 // snapshot is taken, then, for each tenant, its set_config and its servers. Read one at a time, a small
 // tenant cost some ten round trips (its count, a transaction, the lock, the snapshot's export): 10,000
 // tenants of 25 servers took 12.8 s to ready where one tenant of the same 250,000 took 0.7 s.
-func (s *Store) LoadFleet(ctx context.Context, tenants []uuid.UUID, fn func(Server) error) error {
-	totals, err := s.ServerTotals(ctx, tenants)
-	if err != nil {
-		return fmt.Errorf("load servers: %w", err)
+func (s *Store) LoadFleet(ctx context.Context, tenants []uuid.UUID, totals []int, fn func(Server) error) error {
+	if len(totals) != len(tenants) {
+		return fmt.Errorf("load servers: %d totals for %d tenants", len(totals), len(tenants))
 	}
 	var group []uuid.UUID
 	servers := 0
@@ -308,7 +308,7 @@ func (s *Store) LoadFleet(ctx context.Context, tenants []uuid.UUID, fn func(Serv
 		if loadGrouped != nil {
 			loadGrouped(len(group))
 		}
-		err := s.readTenants(ctx, group, true, `SELECT `+loadColumns+` FROM mcp_servers WHERE tenant_id = $1`,
+		err := s.readTenants(ctx, group, readLocked, `SELECT `+loadColumns+` FROM mcp_servers WHERE tenant_id = $1`,
 			func(_ uuid.UUID, rows pgx.Rows) error {
 				defer rows.Close()
 				for rows.Next() {
@@ -345,22 +345,34 @@ func (s *Store) LoadFleet(ctx context.Context, tenants []uuid.UUID, fn func(Serv
 	return flush()
 }
 
+// readGeneric and readLocked are what readTenants runs before its first tenant. Its queries have one
+// shape, keyed by the tenant, whose plan does not depend on the tenant, so they run on generic plans
+// (planned once per connection, not once per tenant: a custom plan was most of a small tenant's cost);
+// readLocked also locks mcp_servers (ACCESS SHARE) before the transaction's snapshot is taken, so no
+// rewrite of the table commits between the snapshot and the reads (see LoadServers).
+var (
+	readGeneric = []string{"SET LOCAL plan_cache_mode = force_generic_plan"}
+	readLocked  = append([]string{"LOCK TABLE mcp_servers IN ACCESS SHARE MODE"}, readGeneric...)
+)
+
 // readTenants runs query ($1: the tenant's id) for each of tenants in one read-only repeatable-read
-// transaction and one round trip, each scoped to its tenant by the set_config before it, and hands each
-// tenant's rows to each in tenants' order; lock locks mcp_servers (ACCESS SHARE) before the snapshot is
-// taken, so no rewrite of the table commits between the snapshot and the reads (see LoadServers). The
-// transaction's COMMIT goes in the same batch: it writes nothing. On an error the statements after it are
-// not run, and the connection, its transaction left failed, is closed by the pool.
-func (s *Store) readTenants(ctx context.Context, tenants []uuid.UUID, lock bool, query string, each func(uuid.UUID, pgx.Rows) error) error {
+// transaction and one round trip, after the statements of prelude (readGeneric, readLocked), each scoped
+// to its tenant by the set_config before it, and hands each tenant's rows to each in tenants' order. The
+// transaction's COMMIT goes in the same batch: it writes nothing. When a statement fails, PostgreSQL runs
+// none after it and the pool closes the connection, its transaction failed; when each fails, the batch
+// still being read is cancelled (the pool closes that connection too) and each's error returned.
+func (s *Store) readTenants(ctx context.Context, tenants []uuid.UUID, prelude []string, query string, each func(uuid.UUID, pgx.Rows) error) (err error) {
 	for _, t := range tenants {
 		if t == uuid.Nil {
 			return ErrNoTenant
 		}
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	if lock {
-		b.Queue("LOCK TABLE mcp_servers IN ACCESS SHARE MODE")
+	for _, p := range prelude {
+		b.Queue(p)
 	}
 	for _, t := range tenants {
 		b.Queue(setTenantSQL, t.String())
@@ -368,13 +380,18 @@ func (s *Store) readTenants(ctx context.Context, tenants []uuid.UUID, lock bool,
 	}
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
+	defer func() {
+		if err != nil {
+			cancel() // rather than read what is left of the batch
+		}
+		br.Close()
+	}()
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if lock {
+	for _, p := range prelude {
 		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("lock: %w", err)
+			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	for _, t := range tenants {

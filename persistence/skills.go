@@ -172,44 +172,59 @@ func readSkillUpsert(br pgx.BatchResults) (catalogueResult, error) {
 // the server is healthy or degraded and the skill is not orphaned. It is the level-triggered repair of
 // the cascade after a crash, and returns how many rows it changed.
 func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64, error) {
-	return s.ReconcileTenants(ctx, []uuid.UUID{tenantID})
-}
-
-// ReconcileTenants is ReconcileSkills for each of tenants, loadGroupTenants of them in one transaction and
-// two round trips (the batch, the COMMIT): a node with thousands of tenants repairs them all at start
-// without a transaction per tenant (10,000 small tenants: 8 s one by one). A group that fails changes
-// nothing; the groups before it stay committed.
-func (s *Store) ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int64, error) {
 	var n int64
-	for from := 0; from < len(tenants); from += loadGroupTenants {
-		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
-		steps := make([]tenantStep, len(group))
-		for i, t := range group {
-			steps[i] = tenantStep{tenant: t, queue: func(b *pgx.Batch) { b.Queue(reconcileSkillsSQL) }, read: func(br pgx.BatchResults) error {
-				tag, err := br.Exec()
-				n += tag.RowsAffected()
-				return err
-			}}
+	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
+		// The join hashes every server of the tenant: at 250,000 that is ~17 MB, which the default
+		// work_mem (4 MB) would spill to temporary files in batches.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return err
 		}
-		// The join hashes every server of a tenant: at 250,000 that is ~17 MB, which the default work_mem
-		// (4 MB) would spill to temporary files in batches.
-		queue, read := steps[0].queue, steps[0].read
-		steps[0].queue = func(b *pgx.Batch) {
-			b.Queue(`SET LOCAL work_mem = '64MB'`)
-			queue(b)
-		}
-		steps[0].read = func(br pgx.BatchResults) error {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-			return read(br)
-		}
-		if err := inTenantBatch(ctx, s.pool, steps); err != nil {
-			return n, fmt.Errorf("reconcile skills: %w", err)
-		}
+		tag, err := tx.Exec(ctx, reconcileSkillsSQL)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reconcile skills: %w", err)
 	}
 	return n, nil
 }
+
+// ReconcileTenants is ReconcileSkills for each of tenants and returns how many rows it changed in all
+// (with an error, in the tenants repaired before it). It first finds, loadGroupTenants tenants at a time
+// in one read-only transaction and one round trip, the tenants whose skills disagree with their servers
+// (skillsDriftSQL), and repairs only those, each in a transaction of its own as ReconcileSkills does: a
+// node with thousands of tenants checks them all at start without a transaction per tenant (10,000 small
+// tenants: 8 s one by one), and a repair holds its tenant's rows locked no longer than before.
+func (s *Store) ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int64, error) {
+	var drifted []uuid.UUID
+	for from := 0; from < len(tenants); from += loadGroupTenants {
+		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
+		err := s.readTenants(ctx, group, readGeneric, skillsDriftSQL, func(t uuid.UUID, rows pgx.Rows) error {
+			drift, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+			if drift {
+				drifted = append(drifted, t)
+			}
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("reconcile skills: %w", err)
+		}
+	}
+	var n int64
+	for _, t := range drifted {
+		k, err := s.ReconcileSkills(ctx, t)
+		if err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// skillsDriftSQL tells whether a skill of the tenant ($1; row-level security scopes it too) disagrees
+// with its server's status — what reconcileSkillsSQL repairs.
+const skillsDriftSQL = `SELECT EXISTS (SELECT 1 FROM skill_registry k JOIN mcp_servers m ON m.server_id = k.server_id
+	WHERE k.tenant_id = $1 AND k.available IS DISTINCT FROM (m.status IN ('healthy','degraded') AND k.orphaned_at IS NULL))`
 
 // reconcileSkillsSQL repairs the skills of the transaction's tenant (row-level security scopes it). A
 // skill row another transaction holds (a cascade or a registration in flight, which sets it itself) is

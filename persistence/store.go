@@ -166,8 +166,8 @@ type beginner interface {
 // is permanent: IsTransient reports false.
 var ErrNoTenant = errors.New("set tenant: nil tenant id")
 
-// setTenantSQL scopes the rest of a transaction to the tenant in $1. Only SetTenant (which inTenantTx
-// calls) sends it; inTenantBatch sends stepSQL.
+// setTenantSQL scopes the rest of a transaction to the tenant in $1. SetTenant (which inTenantTx calls)
+// and readTenants send it; inTenantBatch sends stepSQL.
 const setTenantSQL = "SELECT set_config('auth.tenant_id', $1, true)"
 
 // inTenantTx opens every single-tenant transaction of this package: it begins a transaction on db with
@@ -243,9 +243,8 @@ const fencedStepSQL = `SELECT set_config('auth.tenant_id', $1, true), set_config
 		set_config('plan_cache_mode', $4, true)`
 
 // inTenantBatch opens every multi-tenant transaction of this package that writes (readTenants opens those
-// that only read, in one round trip): it sends all steps in one
-// transaction and one pipelined batch, each step's statements preceded by the set_config of its tenant,
-// reads the results back in order and commits. A step without a tenant fails the whole transaction
+// that only read): it sends all steps in one transaction and one pipelined batch, each step's statements
+// preceded by the set_config of its tenant, reads the results back in order and commits. A step without a tenant fails the whole transaction
 // closed with ErrNoTenant before it is opened.
 //
 // The transaction's BEGIN goes in the batch (pgx.Batch.BeginTx), so a transaction costs two round trips
