@@ -203,4 +203,56 @@ func TestReconcileTenantsInGroups(t *testing.T) {
 			t.Errorf("tenant %d: %d skills available after the repair, want %d", i, got, want)
 		}
 	}
+	// A group that fails (here: a tenant without an id) leaves the groups before it repaired.
+	n, err = d.store.ReconcileTenants(ctx, []uuid.UUID{broken[3], broken[4], uuid.Nil})
+	if !errors.Is(err, persistence.ErrNoTenant) || n != 2 || available(broken[3])+available(broken[4]) != 0 {
+		t.Errorf("ReconcileTenants with a failing second group = %d, %v; want the first group's 2 repaired and ErrNoTenant", n, err)
+	}
+}
+
+// The drift check locks the tables it reads before its snapshot: a rewrite of skill_registry holding it
+// when the check begins commits first, and the check sees the drift (on a snapshot older than the
+// rewrite it would read the table as empty and repair nothing). See TestLoadFleetBesideARewrite.
+func TestReconcileTenantsBesideARewrite(t *testing.T) {
+	d := newDashWith(t, persistence.Options{MaxConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := d.fleetOf(d.tenant, 1)[0]
+	if _, err := d.store.ReconcileTenants(ctx, []uuid.UUID{d.tenant}); err != nil { // its statements prepared
+		t.Fatal(err)
+	}
+	d.exec(d.tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available, created_at, updated_at)
+		VALUES (gen_random_uuid(), $1, $2, 'ping', '{"type":"object"}', false, false, $3, $3)`, d.tenant, id, t0) // healthy server
+	tx, err := d.owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `ALTER TABLE skill_registry ADD COLUMN rewritten float8 DEFAULT random()`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := d.store.ReconcileTenants(ctx, []uuid.UUID{d.tenant})
+		done <- result{n, err}
+	}()
+	for d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'skill_registry'::regclass
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND mode = 'AccessShareLock' AND NOT granted`) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("the check ended while the rewrite held the table: %d, %v", r.n, r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.n != 1 {
+		t.Errorf("ReconcileTenants beside a rewrite = %d, %v; want 1 skill repaired", r.n, r.err)
+	}
 }

@@ -345,18 +345,20 @@ func (s *Store) LoadFleet(ctx context.Context, tenants []uuid.UUID, totals []int
 	return flush()
 }
 
-// readGeneric and readLocked are what readTenants runs before its first tenant. Its queries have one
-// shape, keyed by the tenant, whose plan does not depend on the tenant, so they run on generic plans
-// (planned once per connection, not once per tenant: a custom plan was most of a small tenant's cost);
-// readLocked also locks mcp_servers (ACCESS SHARE) before the transaction's snapshot is taken, so no
-// rewrite of the table commits between the snapshot and the reads (see LoadServers).
+// What readTenants runs before its first tenant. readGeneric plans ServerTotals' look-up once per
+// connection, not once per tenant: a primary key's equality, whose generic plan does not depend on
+// statistics (a tenant filter's would: a generic plan estimates every tenant at the table's average share,
+// and with statistics from a fleet of few tenants it scans the table for each one, so the reads of rows
+// keep the session's custom plans). readLocked locks mcp_servers (ACCESS SHARE) before the transaction's
+// snapshot is taken, so no rewrite of the table commits between the snapshot and the reads (see
+// LoadServers).
 var (
 	readGeneric = []string{"SET LOCAL plan_cache_mode = force_generic_plan"}
-	readLocked  = append([]string{"LOCK TABLE mcp_servers IN ACCESS SHARE MODE"}, readGeneric...)
+	readLocked  = []string{"LOCK TABLE mcp_servers IN ACCESS SHARE MODE"}
 )
 
 // readTenants runs query ($1: the tenant's id) for each of tenants in one read-only repeatable-read
-// transaction and one round trip, after the statements of prelude (readGeneric, readLocked), each scoped
+// transaction and one round trip, after the statements of prelude (such as readLocked), each scoped
 // to its tenant by the set_config before it, and hands each tenant's rows to each in tenants' order. The
 // transaction's COMMIT goes in the same batch: it writes nothing. When a statement fails, PostgreSQL runs
 // none after it and the pool closes the connection, its transaction failed; when each fails, the batch

@@ -190,16 +190,18 @@ func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64,
 }
 
 // ReconcileTenants is ReconcileSkills for each of tenants and returns how many rows it changed in all
-// (with an error, in the tenants repaired before it). It first finds, loadGroupTenants tenants at a time
-// in one read-only transaction and one round trip, the tenants whose skills disagree with their servers
-// (skillsDriftSQL), and repairs only those, each in a transaction of its own as ReconcileSkills does: a
-// node with thousands of tenants checks them all at start without a transaction per tenant (10,000 small
-// tenants: 8 s one by one), and a repair holds its tenant's rows locked no longer than before.
+// (with an error, in the tenants repaired before it). It finds, loadGroupTenants tenants at a time in one
+// read-only transaction and one round trip, the tenants whose skills disagree with their servers
+// (skillsDriftSQL), and repairs those of the group, each in a transaction of its own as ReconcileSkills
+// does, before it checks the next group: a node with thousands of tenants checks them all at start without
+// a transaction per tenant (10,000 small tenants: 8 s one by one), and a repair holds its tenant's rows
+// locked no longer than before.
 func (s *Store) ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int64, error) {
-	var drifted []uuid.UUID
+	var n int64
 	for from := 0; from < len(tenants); from += loadGroupTenants {
 		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
-		err := s.readTenants(ctx, group, readGeneric, skillsDriftSQL, func(t uuid.UUID, rows pgx.Rows) error {
+		var drifted []uuid.UUID
+		err := s.readTenants(ctx, group, skillsDriftPrelude, skillsDriftSQL, func(t uuid.UUID, rows pgx.Rows) error {
 			drift, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
 			if drift {
 				drifted = append(drifted, t)
@@ -207,19 +209,23 @@ func (s *Store) ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int6
 			return err
 		})
 		if err != nil {
-			return 0, fmt.Errorf("reconcile skills: %w", err)
+			return n, fmt.Errorf("reconcile skills: %w", err)
 		}
-	}
-	var n int64
-	for _, t := range drifted {
-		k, err := s.ReconcileSkills(ctx, t)
-		if err != nil {
-			return n, err
+		for _, t := range drifted {
+			k, err := s.ReconcileSkills(ctx, t)
+			if err != nil {
+				return n, err
+			}
+			n += k
 		}
-		n += k
 	}
 	return n, nil
 }
+
+// skillsDriftPrelude is what the drift check runs before its first tenant: the tables it joins locked
+// before its snapshot, as readLocked does (a rewrite committing in between would hide the drift), and
+// ReconcileSkills' work_mem for a large tenant's join.
+var skillsDriftPrelude = []string{"LOCK TABLE mcp_servers, skill_registry IN ACCESS SHARE MODE", "SET LOCAL work_mem = '64MB'"}
 
 // skillsDriftSQL tells whether a skill of the tenant ($1; row-level security scopes it too) disagrees
 // with its server's status — what reconcileSkillsSQL repairs.
