@@ -101,36 +101,15 @@ func TestLoadFleetBesideARewrite(t *testing.T) {
 	if err := d.store.LoadFleet(ctx, []uuid.UUID{d.tenant}, []int{len(ids)}, func(persistence.Server) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := d.owner.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := tx.Exec(ctx, `ALTER TABLE mcp_servers ADD COLUMN rewritten float8 DEFAULT random()`); err != nil {
-		t.Fatal(err)
-	}
 	seen := map[uuid.UUID]int{}
-	loaded := make(chan error, 1)
-	go func() {
-		loaded <- d.store.LoadFleet(ctx, []uuid.UUID{d.tenant}, []int{len(ids)}, func(s persistence.Server) error {
+	var err error
+	d.duringRewrite(ctx, "mcp_servers", func() {
+		err = d.store.LoadFleet(ctx, []uuid.UUID{d.tenant}, []int{len(ids)}, func(s persistence.Server) error {
 			seen[s.ServerID]++
 			return nil
 		})
-	}()
-	// Until the load waits for the table.
-	for d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'mcp_servers'::regclass
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND mode = 'AccessShareLock' AND NOT granted`) == 0 {
-		select {
-		case err := <-loaded:
-			t.Fatalf("the load ended while the rewrite held the table: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-loaded; err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	onceEach(t, "beside a rewrite", seen, ids)
@@ -223,36 +202,41 @@ func TestReconcileTenantsBesideARewrite(t *testing.T) {
 	}
 	d.exec(d.tenant, `INSERT INTO skill_registry (skill_id, tenant_id, server_id, name, input_schema, enabled, available, created_at, updated_at)
 		VALUES (gen_random_uuid(), $1, $2, 'ping', '{"type":"object"}', false, false, $3, $3)`, d.tenant, id, t0) // healthy server
+	var n int64
+	var err error
+	d.duringRewrite(ctx, "skill_registry", func() { n, err = d.store.ReconcileTenants(ctx, []uuid.UUID{d.tenant}) })
+	if err != nil || n != 1 {
+		t.Errorf("ReconcileTenants beside a rewrite = %d, %v; want 1 skill repaired", n, err)
+	}
+}
+
+// duringRewrite runs op while a transaction of the owner rewrites table (an ALTER TABLE that fills a new
+// column, holding the table ACCESS EXCLUSIVE), and commits the rewrite once op waits for the table. It
+// fails the test if op ends before it waits.
+func (d *dash) duringRewrite(ctx context.Context, table string, op func()) {
+	d.t.Helper()
 	tx, err := d.owner.Begin(ctx)
 	if err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := tx.Exec(ctx, `ALTER TABLE skill_registry ADD COLUMN rewritten float8 DEFAULT random()`); err != nil {
-		t.Fatal(err)
+	if _, err := tx.Exec(ctx, `ALTER TABLE `+table+` ADD COLUMN rewritten float8 DEFAULT random()`); err != nil {
+		d.t.Fatal(err)
 	}
-	type result struct {
-		n   int64
-		err error
-	}
-	done := make(chan result, 1)
+	done := make(chan struct{})
 	go func() {
-		n, err := d.store.ReconcileTenants(ctx, []uuid.UUID{d.tenant})
-		done <- result{n, err}
+		defer close(done)
+		op()
 	}()
-	for d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'skill_registry'::regclass
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND mode = 'AccessShareLock' AND NOT granted`) == 0 {
+	for d.lockWaiters(table, "AccessShareLock") == 0 {
 		select {
-		case r := <-done:
-			t.Fatalf("the check ended while the rewrite held the table: %d, %v", r.n, r.err)
+		case <-done:
+			d.t.Fatalf("the operation ended while the rewrite held %s", table)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
-	if r := <-done; r.err != nil || r.n != 1 {
-		t.Errorf("ReconcileTenants beside a rewrite = %d, %v; want 1 skill repaired", r.n, r.err)
-	}
+	<-done
 }

@@ -343,6 +343,12 @@ func (d *dash) loaded(ctx context.Context, parts int, check func(persistence.Ser
 	return seen
 }
 
+// lockWaiters is how many requests for table's lock in mode wait in the test's database.
+func (d *dash) lockWaiters(table, mode string) int {
+	return d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = $1::regclass
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND mode = $2 AND NOT granted`, table, mode)
+}
+
 // onceEach fails the test unless seen holds each of ids exactly once and nothing else.
 func onceEach(t *testing.T, what string, seen map[uuid.UUID]int, ids []uuid.UUID) {
 	t.Helper()
@@ -469,9 +475,7 @@ func TestLoadServersBesideASchemaChange(t *testing.T) {
 		}()
 		// Until the change waits for the table: the first part holds it.
 		for {
-			if d.count(`SELECT count(*)::int FROM pg_locks WHERE relation = 'mcp_servers'::regclass
-				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-				AND mode = 'AccessExclusiveLock' AND NOT granted`) == 1 {
+			if d.lockWaiters("mcp_servers", "AccessExclusiveLock") == 1 {
 				return
 			}
 			select {
