@@ -153,3 +153,16 @@ func SetLoadGroup(tenants, servers int, fn func(tenants int)) (restore func()) {
 	loadGroupTenants, loadGroupServers, loadGrouped = tenants, servers, fn
 	return func() { loadGroupTenants, loadGroupServers, loadGrouped = oldT, oldS, oldFn }
 }
+
+// ReadTenants runs query ($1: the tenant's id) for each of tenants in one group, as LoadFleet reads a
+// group (readTenants, no prelude), and returns the first column of each tenant's rows, by tenant, as far
+// as it read.
+func (s *Store) ReadTenants(ctx context.Context, tenants []uuid.UUID, query string) (map[uuid.UUID][]int64, error) {
+	out := map[uuid.UUID][]int64{}
+	err := s.readTenants(ctx, tenants, nil, query, func(t uuid.UUID, rows pgx.Rows) error {
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		out[t] = vs
+		return err
+	})
+	return out, err
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mcpfleet/mcpfleet/persistence"
 )
@@ -146,6 +147,34 @@ func TestLoadFleetStopsOnError(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections still taken 20 s after the load", d.store.AcquiredConns())
 		}
+	}
+}
+
+// A statement that fails inside a group fails the read with PostgreSQL's error, after the tenants before it
+// were handed over and before any after it: PostgreSQL runs nothing after the failed statement, and the
+// connection, left in the failed transaction, is not handed out again — on a pool of one connection the
+// reads after it succeed.
+func TestReadTenantsStatementFailsInAGroup(t *testing.T) {
+	d := newDashWith(t, persistence.Options{MaxConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b, c := d.tenant, d.newTenant("b"), d.newTenant("c")
+	failOnB := fmt.Sprintf(`SELECT 1 / CASE WHEN $1 = '%s'::uuid THEN 0 ELSE 1 END`, b)
+	got, err := d.store.ReadTenants(ctx, []uuid.UUID{a, b, c}, failOnB)
+	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "22012" {
+		t.Fatalf("read failing on b: %v, want division by zero (22012)", err)
+	}
+	if _, ok := got[c]; ok || !slices.Equal(got[a], []int64{1}) {
+		t.Errorf("read failing on b handed over %v, want a's row and nothing of c", got)
+	}
+	for i := range 3 {
+		got, err := d.store.ReadTenants(ctx, []uuid.UUID{a, b, c}, `SELECT 2 WHERE $1::uuid IS NOT NULL`)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("read %d after the failed one: %v, %v", i, got, err)
+		}
+	}
+	if n := d.store.AcquiredConns(); n != 0 {
+		t.Errorf("%d connections taken after the reads", n)
 	}
 }
 
