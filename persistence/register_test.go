@@ -386,8 +386,8 @@ func TestLoadServersInPages(t *testing.T) {
 	}
 	// What the load is sized by: each tenant's own servers, none for a tenant without any.
 	for tenant, want := range map[uuid.UUID]int{d.tenant: len(ids), other: len(ids) / 2, d.newTenant("empty"): 0} {
-		if got, err := d.store.ServerTotal(ctx, tenant); err != nil || got != want {
-			t.Errorf("ServerTotal = %d, %v; want %d", got, err, want)
+		if got, err := d.store.ServerTotals(ctx, []uuid.UUID{tenant}); err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("ServerTotals = %v, %v; want [%d]", got, err, want)
 		}
 	}
 }

@@ -91,26 +91,13 @@ func (s *Store) ListServers(ctx context.Context, tenantID uuid.UUID, f ServerFil
 	return out, nil
 }
 
-// ServerTotal returns how many servers tenantID has, in every status, from the count kept beside them
-// (tenant_server_counts: one row read, not a scan).
-func (s *Store) ServerTotal(ctx context.Context, tenantID uuid.UUID) (int, error) {
-	var n int64
-	err := s.InTenant(ctx, tenantID, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`, tenantID).Scan(&n)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("count servers: %w", err)
-	}
-	return int(n), nil
-}
-
-// ServerTotals is ServerTotal of each of tenants, in their order, read in one read-only transaction and one
-// round trip for every loadGroupTenants of them (a node with thousands of tenants starts without a
-// transaction per tenant).
+// ServerTotals returns how many servers each of tenants has, in every status, in their order, from the
+// count kept beside them (tenant_server_counts: one row read a tenant, not a scan), read in one read-only
+// transaction and one round trip for every loadGroupTenants of them (a node with thousands of tenants
+// starts without a transaction per tenant).
 func (s *Store) ServerTotals(ctx context.Context, tenants []uuid.UUID) ([]int, error) {
 	totals := make([]int, 0, len(tenants))
-	for from := 0; from < len(tenants); from += loadGroupTenants {
-		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
+	for group := range slices.Chunk(tenants, loadGroupTenants) {
 		err := s.readTenants(ctx, group, readGeneric, `SELECT coalesce((SELECT servers FROM tenant_server_counts WHERE tenant_id = $1), 0)`,
 			func(_ uuid.UUID, rows pgx.Rows) error {
 				n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])

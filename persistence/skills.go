@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -198,8 +199,7 @@ func (s *Store) ReconcileSkills(ctx context.Context, tenantID uuid.UUID) (int64,
 // locked no longer than before.
 func (s *Store) ReconcileTenants(ctx context.Context, tenants []uuid.UUID) (int64, error) {
 	var n int64
-	for from := 0; from < len(tenants); from += loadGroupTenants {
-		group := tenants[from:min(from+loadGroupTenants, len(tenants))]
+	for group := range slices.Chunk(tenants, loadGroupTenants) {
 		var drifted []uuid.UUID
 		err := s.readTenants(ctx, group, skillsDriftPrelude, skillsDriftSQL, func(t uuid.UUID, rows pgx.Rows) error {
 			drift, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
